@@ -1,0 +1,163 @@
+//! The algorithms as pure functions: `decide(config, word, now, cost) -> (Decision, Option<word>)`.
+//!
+//! No atomics, no clock, no allocation: this layer is what the unit tests, the property tests, the
+//! fuzz targets and the instruction-count benchmarks drive. Each module documents its packed word as
+//! a table; all of them share these conventions:
+//!
+//! - the word `0` is a *fresh* key (a full bucket, an empty window), so resetting a key is storing
+//!   `0`, and a key whose word is `0` can be forgotten without changing any decision;
+//! - time fields are stored modulo `2^bits` and read back as a signed difference from `now`
+//!   ([`wrap_diff`]), so a field never overflows however long the process runs. A decision is exact
+//!   while the gap between two decisions on a key is below the layout's *idle horizon* (at least
+//!   [`MIN_IDLE_HORIZON_NS`], about 19.5 hours, and 146 years for the common configurations; every
+//!   layout documents its own). After a longer silence the stored time can alias: the decision is then
+//!   computed from a stale state, which can only be stricter, never more permissive;
+//! - a reading of the clock earlier than the time the state reflects (TSC skew between cores, a
+//!   clock change) is replaced by that time: the state never moves backwards and no capacity is
+//!   minted.
+
+pub(crate) mod discrete;
+pub(crate) mod fixed;
+pub(crate) mod gcra;
+pub(crate) mod leaky;
+pub(crate) mod nginx;
+pub(crate) mod sliding;
+pub(crate) mod sliding_log;
+
+use crate::decision::Decision;
+
+/// The shortest idle horizon a configuration may have; below it the policy is rejected.
+///
+/// 2^46 ns is 19.5 hours: a key silent for longer than its layout's horizon may see one stricter
+/// decision. Most configurations have horizons of years (each layout documents its own).
+pub(crate) const MIN_IDLE_HORIZON_NS: u128 = 1 << 46;
+
+/// A configuration the state word cannot hold exactly: which policy key is at fault and what was
+/// expected of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Invalid {
+    pub(crate) key: &'static str,
+    pub(crate) expected: String,
+}
+
+pub(crate) fn invalid<T>(key: &'static str, expected: impl Into<String>) -> Result<T, Invalid> {
+    Err(Invalid { key, expected: expected.into() })
+}
+
+/// `(a - b) mod 2^bits`, read as a signed number of `bits` bits.
+#[inline]
+pub(crate) fn wrap_diff(a: u64, b: u64, bits: u32) -> i64 {
+    debug_assert!((1..=64).contains(&bits));
+    let shift = 64 - bits;
+    ((a.wrapping_sub(b) << shift) as i64) >> shift
+}
+
+/// Mask of the low `bits` bits (`bits` in 0..=64).
+#[inline]
+pub(crate) const fn low_mask(bits: u32) -> u64 {
+    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+}
+
+/// Number of bits needed to hold `n`.
+#[inline]
+pub(crate) const fn bits_for(n: u64) -> u32 {
+    64 - n.leading_zeros()
+}
+
+/// `ceil(a / b)` for `b > 0`.
+#[inline]
+pub(crate) fn ceil_div(a: u128, b: u128) -> u128 {
+    a.div_ceil(b)
+}
+
+/// Clamp a u128 nanosecond count into u64.
+#[inline]
+pub(crate) fn sat64(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// An algorithm with its configuration compiled into the constants of its packed word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Algorithm {
+    Gcra(gcra::Gcra),
+    Discrete(discrete::Discrete),
+    Leaky(leaky::Leaky),
+    Nginx(nginx::Nginx),
+    Fixed(fixed::Fixed),
+    Sliding(sliding::Sliding),
+    Log(sliding_log::SlidingLog),
+}
+
+impl Algorithm {
+    /// Decide on a one-word algorithm. Returns the decision and, when the request is admitted, the
+    /// word to store. A rejection never returns a word.
+    ///
+    /// Must not be called for the sliding log (it has no single word).
+    #[inline]
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        match self {
+            Algorithm::Gcra(a) => a.decide(word, now, cost),
+            Algorithm::Discrete(a) => a.decide(word, now, cost),
+            Algorithm::Leaky(a) => a.decide(word, now, cost),
+            Algorithm::Nginx(a) => a.decide(word, now, cost),
+            Algorithm::Fixed(a) => a.decide(word, now, cost),
+            Algorithm::Sliding(a) => a.decide(word, now, cost),
+            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
+        }
+    }
+
+    /// `true` if `word` is indistinguishable from a fresh key at `now` (it may be dropped).
+    pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
+        word == 0 || self.reset_after(word, now) == 0
+    }
+
+    /// Nanoseconds from `now` until `word` is back to full if nothing arrives.
+    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+        match self {
+            Algorithm::Gcra(a) => a.reset_after(word, now),
+            Algorithm::Discrete(a) => a.reset_after(word, now),
+            Algorithm::Leaky(a) => a.reset_after(word, now),
+            Algorithm::Nginx(a) => a.reset_after(word, now),
+            Algorithm::Fixed(a) => a.reset_after(word, now),
+            Algorithm::Sliding(a) => a.reset_after(word, now),
+            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
+        }
+    }
+
+    /// The longest gap between two decisions on a key over which every decision is exact.
+    pub(crate) fn idle_horizon_ns(&self) -> u128 {
+        match self {
+            Algorithm::Gcra(a) => a.idle_horizon_ns(),
+            Algorithm::Discrete(a) => a.idle_horizon_ns(),
+            Algorithm::Leaky(a) => a.idle_horizon_ns(),
+            Algorithm::Nginx(a) => a.idle_horizon_ns(),
+            Algorithm::Fixed(a) => a.idle_horizon_ns(),
+            Algorithm::Sliding(a) => a.idle_horizon_ns(),
+            Algorithm::Log(_) => u128::from(u64::MAX),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_diff_reads_signed_differences() {
+        assert_eq!(wrap_diff(5, 3, 8), 2);
+        assert_eq!(wrap_diff(3, 5, 8), -2);
+        assert_eq!(wrap_diff(1, 255, 8), 2);
+        assert_eq!(wrap_diff(255, 1, 8), -2);
+        assert_eq!(wrap_diff(0, 1 << 62, 64), -(1 << 62));
+        assert_eq!(wrap_diff(u64::MAX, 0, 64), -1);
+    }
+
+    #[test]
+    fn bit_helpers() {
+        assert_eq!(bits_for(0), 0);
+        assert_eq!(bits_for(1), 1);
+        assert_eq!(bits_for(u32::MAX as u64), 32);
+        assert_eq!(low_mask(64), u64::MAX);
+        assert_eq!(low_mask(3), 7);
+    }
+}

@@ -1,0 +1,217 @@
+//! Leaky bucket with nginx's own arithmetic (`compat=nginx`), for drop-in parity with
+//! `ngx_http_limit_req_module`.
+//!
+//! nginx floors time to whole milliseconds, keeps `excess` in integer milli-requests and the rate in
+//! milli-requests per second (`rate = N*1000*10^9 / D_ns`, integer division, so `1r/m` is 16). For an
+//! existing key: `excess = max(0, excess - rate*ms/1000 + 1000)` (C integer division), and `last`
+//! moves to now only when `ms != 0` (the truncated part of the leak is lost). A new key starts at
+//! excess 0. A cost `c` counts as `c` requests in the same millisecond, all or nothing:
+//! `excess_c = excess_1 + (c - 1)*1000`, rejected iff `excess_c > burst*1000`. The delay is
+//! `(excess_c - delay*1000) * 1000 / rate` whole ms, when positive. nginx's idle-node expiry (60 s)
+//! is not reproduced: a key's state is kept until it is indistinguishable from a new key.
+//!
+//! # State word
+//!
+//! | field      | bits   | unit           | wrap / range                              | fresh |
+//! |------------|--------|----------------|-------------------------------------------|-------|
+//! | `OCCUPIED` | 63     | flag           | set once a request was admitted           | 0     |
+//! | `EXCESS`   | 35..63 | milli-requests | 0 ..= `burst*1000` (burst <= 268,435)     | 0     |
+//! | `LAST`     | 0..35  | ms             | mod 2^35, read as signed: 198 days idle   | 0     |
+//!
+//! A clock reading earlier than `LAST` counts as `ms = 0` (nginx itself clamps small negative
+//! gaps to 0). After more than 2^34 ms (198 days) of silence `LAST` can alias: the leak is then
+//! undercounted, which is stricter, never looser.
+
+use super::{Invalid, invalid, wrap_diff};
+use crate::decision::Decision;
+
+const OCCUPIED: u64 = 1 << 63;
+const LAST_BITS: u32 = 35;
+const LAST_MASK: u64 = (1 << LAST_BITS) - 1;
+const EXCESS_SHIFT: u32 = LAST_BITS;
+const EXCESS_BITS: u32 = 28;
+const EXCESS_MASK: u64 = (1 << EXCESS_BITS) - 1;
+/// The largest burst whose `burst * 1000` fits `EXCESS`.
+pub(crate) const MAX_BURST: u64 = EXCESS_MASK / 1000;
+const _: () = assert!(1 + EXCESS_BITS + LAST_BITS == 64);
+
+const MS: u64 = 1_000_000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Nginx {
+    /// milli-requests per second.
+    rate: u64,
+    burst: u64,
+    /// `None`: `nodelay`; `Some(D)`: delay beyond `D` requests of excess.
+    delay: Option<u64>,
+}
+
+/// Where a key stands at `now`: the excess a new request starts from (`excess_1 - 1000`, i.e.
+/// after the leak, before the `+1000`), and the absolute ms of `last`.
+struct Leaked {
+    /// `excess - rate*ms/1000`, possibly negative; `None` for a new key.
+    leaked: Option<i128>,
+    /// `last`, in absolute ms; for a new key, `now_ms`.
+    last_ms: i128,
+    /// `ms != 0` (or a new key): an admitted request moves `last` to `now_ms`.
+    moves_last: bool,
+}
+
+impl Nginx {
+    pub(crate) fn new(
+        count: u64,
+        period_ns: u64,
+        burst: u32,
+        delay: Option<u32>,
+    ) -> Result<Self, Invalid> {
+        let rate = u128::from(count) * 1_000 * 1_000_000_000 / u128::from(period_ns);
+        if rate == 0 {
+            return invalid(
+                "rate",
+                "a rate of at least 1 milli-request per second under compat=nginx (nginx computes \
+                 N*1000*10^9/period_ns with integer division; this one is 0)",
+            );
+        }
+        if rate > 1 << 62 {
+            return invalid("rate", "a rate below 2^62 milli-requests per second under compat=nginx");
+        }
+        if u64::from(burst) > MAX_BURST {
+            return invalid("burst", format!("a burst of at most {MAX_BURST} under compat=nginx"));
+        }
+        Ok(Nginx { rate: rate as u64, burst: u64::from(burst), delay: delay.map(u64::from) })
+    }
+
+    pub(crate) fn idle_horizon_ns(&self) -> u128 {
+        (1u128 << (LAST_BITS - 1)) * u128::from(MS)
+    }
+
+    #[inline]
+    fn leak(&self, word: u64, now_ms: u64) -> Leaked {
+        if word & OCCUPIED == 0 {
+            return Leaked { leaked: None, last_ms: i128::from(now_ms), moves_last: true };
+        }
+        let excess = (word >> EXCESS_SHIFT) & EXCESS_MASK;
+        let gap = wrap_diff(now_ms, word & LAST_MASK, LAST_BITS);
+        let ms = gap.max(0) as u128;
+        let leak = u128::from(self.rate) * ms / 1000;
+        Leaked {
+            leaked: Some(i128::from(excess) - leak as i128),
+            last_ms: i128::from(now_ms) - i128::from(gap),
+            moves_last: ms != 0,
+        }
+    }
+
+    /// `excess_1`: the excess after one more request.
+    #[inline]
+    fn excess_one(leaked: &Leaked) -> u64 {
+        match leaked.leaked {
+            None => 0,
+            Some(l) => (l + 1000).max(0) as u64,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let now_ms = now / MS;
+        let limit = self.burst + 1;
+        let bound = self.burst * 1000;
+        let st = self.leak(word, now_ms);
+        let excess_1 = Self::excess_one(&st);
+        let cost = u64::from(cost);
+        let remaining_now = if excess_1 > bound { 0 } else { (bound - excess_1) / 1000 + 1 };
+        if cost > limit {
+            let reset = self.reset(&st, now);
+            return (Decision::impossible(limit, remaining_now, reset), None);
+        }
+        let excess_c = excess_1 + (cost - 1) * 1000;
+        if excess_c <= bound {
+            let last = if st.moves_last { now_ms } else { st.last_ms as u64 };
+            let new_word = OCCUPIED | (excess_c << EXCESS_SHIFT) | (last & LAST_MASK);
+            let delay_ms = match self.delay {
+                Some(free) if excess_c > free * 1000 => {
+                    u128::from(excess_c - free * 1000) * 1000 / u128::from(self.rate)
+                }
+                _ => 0,
+            };
+            let after = Leaked {
+                leaked: Some(i128::from(excess_c)),
+                last_ms: i128::from(last),
+                moves_last: false,
+            };
+            let d = Decision::admitted(
+                limit,
+                (bound - excess_c) / 1000,
+                self.reset(&after, now),
+                (delay_ms as u64).saturating_mul(MS),
+            );
+            (d, Some(new_word))
+        } else {
+            // Admitted once floor(rate*ms/1000) >= excess + 1000*c - bound, with ms counted from
+            // `last`: the first such ms, at its first ns.
+            let excess = st.leaked.unwrap_or(0) + Self::leaked_part(&st, self.rate, now_ms);
+            let need = excess + 1000 * i128::from(cost) - i128::from(bound);
+            let ms = (need * 1000 + i128::from(self.rate) - 1) / i128::from(self.rate);
+            let retry = self.at_ms(st.last_ms + ms, now).max(1);
+            (Decision::rejected(limit, remaining_now, self.reset(&st, now), retry), None)
+        }
+    }
+
+    /// The leak already subtracted in `st.leaked` (to recover the stored excess).
+    #[inline]
+    fn leaked_part(st: &Leaked, rate: u64, now_ms: u64) -> i128 {
+        let ms = (i128::from(now_ms) - st.last_ms).max(0);
+        i128::from(rate) * ms / 1000
+    }
+
+    /// Nanoseconds from `now` until the key is like a new one: the leak from `last` reaches
+    /// `excess + 1000`.
+    fn reset(&self, st: &Leaked, now: u64) -> u64 {
+        let Some(leaked) = st.leaked else { return 0 };
+        let now_ms = now / MS;
+        let excess = leaked + Self::leaked_part(st, self.rate, now_ms);
+        let need = excess + 1000;
+        let ms = (need * 1000 + i128::from(self.rate) - 1) / i128::from(self.rate);
+        self.at_ms(st.last_ms + ms, now)
+    }
+
+    /// Nanoseconds from `now` to the start of absolute millisecond `ms` (0 if already past).
+    #[inline]
+    fn at_ms(&self, ms: i128, now: u64) -> u64 {
+        let t = ms * i128::from(MS) - i128::from(now);
+        t.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+        self.reset(&self.leak(word, now / MS), now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_per_minute_is_sixteen_milli_per_second() {
+        let l = Nginx::new(1, 60_000_000_000, 0, None).unwrap();
+        assert_eq!(l.rate, 16);
+        assert!(Nginx::new(1, 100_000_000_000_000, 0, None).is_err());
+    }
+
+    #[test]
+    fn truncated_leak_is_lost_only_when_ms_moves() {
+        // 1r/s: rate 1000 milli/s; each ms leaks exactly 1 milli-request.
+        let l = Nginx::new(1, 1_000_000_000, 1, Some(0)).unwrap();
+        let (d, w) = l.decide(0, 0, 1);
+        assert!(d.is_admitted());
+        let w = w.unwrap();
+        // Same ms: excess 0 + 1000 = 1000 <= 1000, admitted with a delay of 1000 ms.
+        let (d, w2) = l.decide(w, 999_999, 1);
+        assert!(d.is_admitted());
+        assert_eq!(d.delay_ns(), 1_000 * MS);
+        // Third in the same ms: 2000 > 1000.
+        let (d, _) = l.decide(w2.unwrap(), 999_999, 1);
+        assert!(!d.is_admitted());
+        // At ms 1000, 1000 milli leaked: 1000 - 1000 + 1000 = 1000: admitted again.
+        assert_eq!(d.retry_after_ns(), Some(1_000 * MS - 999_999));
+    }
+}

@@ -1,0 +1,118 @@
+//! Sliding log: the exact sliding window, at the price of a log per key.
+//!
+//! Admit iff `c <= N` and (admitted cost with time in the closed interval `[now - W, now]`) `+ c <= N`;
+//! admitted requests are logged, rejected ones are not. This is the one algorithm whose state is not
+//! a single word: each key owns a ring of `(time, cost)` entries. Entries admitted at the same
+//! instant are merged, and every entry carries cost >= 1 while the live total is at most `N`, so a
+//! log never holds more than `N` entries; `N` is at most 65,536 (a configuration error above).
+//!
+//! A reading earlier than the newest entry is taken at the newest entry's time (the later of the
+//! two), so the log stays sorted and no entry is dropped early.
+
+use std::collections::VecDeque;
+
+use super::{Invalid, invalid};
+use crate::decision::Decision;
+
+/// The largest limit a sliding log accepts (entries per key).
+pub(crate) const MAX_LIMIT: u32 = 65_536;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlidingLog {
+    limit: u64,
+    window: u64,
+}
+
+/// One key's log.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    entries: VecDeque<(u64, u64)>,
+    total: u64,
+}
+
+impl SlidingLog {
+    pub(crate) fn new(limit: u32, window_ns: u64) -> Result<Self, Invalid> {
+        if limit > MAX_LIMIT {
+            return invalid("limit", format!("a limit of at most {MAX_LIMIT} for a sliding log"));
+        }
+        Ok(SlidingLog { limit: u64::from(limit), window: window_ns })
+    }
+
+    /// Decide, and log the request when `commit` and admitted.
+    pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
+        let now = log.entries.back().map_or(now, |&(t, _)| t.max(now));
+        // Entries at or after `now - W` are live; older ones can never count again.
+        let oldest_live = now.saturating_sub(self.window);
+        while let Some(&(t, c)) = log.entries.front() {
+            if t >= oldest_live {
+                break;
+            }
+            log.total -= c;
+            log.entries.pop_front();
+        }
+        let cost = u64::from(cost);
+        let remaining = self.limit - log.total;
+        if cost > self.limit {
+            return Decision::impossible(self.limit, remaining, self.reset(log, now));
+        }
+        if log.total + cost <= self.limit {
+            if commit {
+                match log.entries.back_mut() {
+                    Some((t, c)) if *t == now => *c += cost,
+                    _ => {
+                        if log.entries.capacity() == 0 {
+                            log.entries.reserve_exact(4);
+                        }
+                        log.entries.push_back((now, cost));
+                    }
+                }
+                log.total += cost;
+                return Decision::admitted(self.limit, remaining - cost, self.reset(log, now), 0);
+            }
+            let reset = self.window + 1;
+            return Decision::admitted(self.limit, remaining - cost, reset, 0);
+        }
+        // Entry `t` stops counting at `t + W + 1`; wait for the oldest ones until `cost` fits.
+        let mut freed = 0;
+        let mut retry = 0;
+        for &(t, c) in &log.entries {
+            freed += c;
+            if log.total - freed + cost <= self.limit {
+                retry = t.saturating_add(self.window + 1).saturating_sub(now);
+                break;
+            }
+        }
+        Decision::rejected(self.limit, remaining, self.reset(log, now), retry)
+    }
+
+    fn reset(&self, log: &Log, now: u64) -> u64 {
+        log.entries.back().map_or(0, |&(t, _)| t.saturating_add(self.window + 1).saturating_sub(now))
+    }
+
+    /// `true` once every entry has expired at `now`.
+    pub(crate) fn is_fresh(&self, log: &Log, now: u64) -> bool {
+        self.reset(log, now) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_interval_and_retry() {
+        let s = SlidingLog::new(2, 100).unwrap();
+        let mut log = Log::default();
+        assert!(s.decide(&mut log, 10, 1, true).is_admitted());
+        assert!(s.decide(&mut log, 50, 1, true).is_admitted());
+        // The entry at 10 still counts at 110 (110 - 100 = 10 is inside [10, 110]).
+        let d = s.decide(&mut log, 110, 1, true);
+        assert_eq!(d.retry_after_ns(), Some(1));
+        assert!(s.decide(&mut log, 111, 1, true).is_admitted());
+        // Live: 50 and 111. One fits once 50 expires (at 151), two once 111 does (at 212).
+        assert_eq!(s.decide(&mut log, 111, 1, false).retry_after_ns(), Some(40));
+        assert_eq!(s.decide(&mut log, 111, 2, false).retry_after_ns(), Some(101));
+        assert!(s.decide(&mut log, 111, 3, false).is_impossible());
+        assert!(SlidingLog::new(65_537, 100).is_err());
+    }
+}

@@ -1,0 +1,148 @@
+//! Clocks: nanoseconds since the limiter's epoch.
+//!
+//! Limiters are generic over [`Clock`] (monomorphised, never a trait object on the hot path).
+//! [`QuantaClock`] reads the TSC; [`CoarseClock`] reads a time kept by a background thread (cheaper,
+//! less precise); [`ManualClock`] is set by hand (tests, `replay`, loom, fuzzing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// A monotonic source of time in nanoseconds since an epoch of the clock's choosing.
+///
+/// Readings may go backwards slightly (TSC skew between cores); the limiters tolerate that: an
+/// earlier reading never mints capacity.
+pub trait Clock {
+    /// Nanoseconds since this clock's epoch.
+    fn now(&self) -> u64;
+}
+
+/// The TSC via `quanta`, scaled to nanoseconds: the default clock.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{Clock, QuantaClock};
+///
+/// let clock = QuantaClock::new();
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// ```
+#[derive(Clone, Debug)]
+pub struct QuantaClock {
+    clock: quanta::Clock,
+    start: u64,
+}
+
+impl QuantaClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let start = clock.raw();
+        QuantaClock { clock, start }
+    }
+}
+
+impl Default for QuantaClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for QuantaClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        // `delta_as_nanos` returns 0 for a reading below `start` (another core's TSC behind).
+        self.clock.delta_as_nanos(self.start, self.clock.raw())
+    }
+}
+
+/// A coarse clock: `quanta`'s recent time, kept by a background thread.
+///
+/// A read is one load of a shared word, cheaper than a TSC read, at the price of precision: a
+/// reading lags real time by up to the refresh interval, so limits are enforced on a clock that
+/// moves in steps. The first `CoarseClock` of the process starts quanta's upkeep thread with its
+/// interval; it then runs for the life of the process and every later `CoarseClock` shares it
+/// (quanta allows one per process).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ratewell::{Clock, CoarseClock};
+///
+/// let clock = CoarseClock::new(Duration::from_millis(1));
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    start: quanta::Instant,
+    clock: quanta::Clock,
+}
+
+impl CoarseClock {
+    /// A coarse clock whose epoch is now; the upkeep thread refreshes every `interval` (the first
+    /// caller's interval wins).
+    pub fn new(interval: Duration) -> Self {
+        static UPKEEP: std::sync::OnceLock<Option<quanta::Handle>> = std::sync::OnceLock::new();
+        // `start` fails if another component of the process already runs quanta's upkeep thread:
+        // its time serves equally well.
+        UPKEEP.get_or_init(|| quanta::Upkeep::new(interval).start().ok());
+        let clock = quanta::Clock::new();
+        CoarseClock { start: clock.recent(), clock }
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.recent().saturating_duration_since(self.start).as_nanos() as u64
+    }
+}
+
+/// A clock set by hand, shared by its clones.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(5);
+/// let view = clock.clone();
+/// clock.advance(10);
+/// assert_eq!(view.now(), 15);
+/// clock.set(3); // clocks may go backwards; limiters cope
+/// assert_eq!(view.now(), 3);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading `now` ns.
+    pub fn new(now: u64) -> Self {
+        ManualClock { now: Arc::new(AtomicU64::new(now)) }
+    }
+
+    /// Set the reading to `now` ns (it may go backwards).
+    pub fn set(&self, now: u64) {
+        // Relaxed: the clock publishes only its own value.
+        self.now.store(now, Ordering::Relaxed);
+    }
+
+    /// Move the reading forward by `ns` (saturating).
+    pub fn advance(&self, ns: u64) {
+        let now = self.now.load(Ordering::Relaxed);
+        self.now.store(now.saturating_add(ns), Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,85 @@
+//! ratewell: an exact, lock-free, bounded-memory rate-limiter engine.
+//!
+//! ```
+//! use ratewell::{Limiter, Policy};
+//!
+//! let policy: Policy = "leaky-bucket rate=10r/s burst=20 nodelay".parse()?;
+//! let limiter = Limiter::new(&policy);
+//! let decision = limiter.check();
+//! if decision.is_admitted() {
+//!     // serve
+//! } else if let Some(seconds) = decision.retry_after_header() {
+//!     // answer 429 with `Retry-After: {seconds}`
+//!     let _ = seconds;
+//! }
+//! # Ok::<(), ratewell::PolicyError>(())
+//! ```
+//!
+//! # Design
+//!
+//! Layers, each knowing only the ones below it: a [`Clock`] (the TSC via quanta by default); the
+//! algorithms as pure functions of `(configuration, state word, now, cost)`; one compare-exchange
+//! loop that applies a decision to an `AtomicU64`; the direct [`Limiter`] (one cache-padded word)
+//! and the [`KeyedLimiter`]; the [`Decision`] and its HTTP renderings; the [`Policy`] grammar.
+//!
+//! # Guarantees
+//!
+//! - **Exact.** Rates are exact rationals, never floats; decisions follow `SEMANTICS.md` to the
+//!   nanosecond, and are tested against a naive reference model in rational arithmetic.
+//! - **Atomic.** Concurrent decisions on one key are linearizable: the state word is updated by
+//!   compare-exchange from the value the decision was computed from, so nothing is lost and never
+//!   more is admitted than the policy allows.
+//! - **Rejections are read-only.** A rejected request changes no state and writes no memory.
+//! - **Safe with bad clocks.** A reading earlier than the state's time never mints capacity.
+//! - **No panics on input.** Malformed policies are errors naming the token at fault; absurd
+//!   parameters that the packed state cannot hold exactly are rejected at parse time.
+//!
+//! # Algorithms: which to pick
+//!
+//! | policy | promise | pick it when |
+//! |--------|---------|--------------|
+//! | `token-bucket capacity=B rate=R` (GCRA) | bursts up to `B`, then `R` on average, refilled continuously | the default for APIs: smooth, one word, O(1) |
+//! | `token-bucket capacity=B refill=K every=I` | Envoy's local limiter: `K` tokens added at each multiple of `I` | matching Envoy, or refills on a visible schedule |
+//! | `leaky-bucket rate=R burst=B [nodelay\|delay=D]` | nginx `limit_req`: `B+1` at once from idle, excess queued (delayed) or rejected | matching nginx; smoothing traffic to a backend |
+//! | `fixed-window limit=N window=W` | at most `N` per window, but up to `2N` across a boundary | cheap quotas users can read ("100 per minute") |
+//! | `sliding-window limit=N window=W` | Cloudflare's weighted estimate of the last `W` | near-sliding accuracy at fixed-window cost |
+//! | `sliding-log limit=N window=W` | exactly at most `N` in any closed span of length `W` | exactness matters and `N` is small (memory `O(N)` per key) |
+//!
+//! # State layouts and idle horizons
+//!
+//! Each one-word algorithm documents its bit layout (in its module) and stores time modulo a
+//! power of two, so no field overflows however long the process runs. Decisions are exact as long
+//! as a key is not silent for longer than its layout's *idle horizon* ([`Policy::idle_horizon_ns`]):
+//! 146 years for GCRA and leaky buckets whose period is a whole number of ns, 198 days for
+//! `compat=nginx`, `2^(64 - bits(N) - 1)` windows for a fixed window. After a longer silence one
+//! decision may be stricter than the specification, never looser. Configurations whose horizon
+//! would be under 19.5 hours are rejected by the parser.
+//!
+//! # Feature flags
+//!
+//! None yet. The `ratewell_loom` cfg (not a feature) switches the atomics to loom's for the model
+//! checks in `loom-tests/`.
+//!
+//! # Caveats
+//!
+//! - [`KeyedLimiter`] is, for now, a correct map behind a reader-writer lock that grows with the
+//!   number of keys; the lock-free bounded table replaces it.
+//! - The sliding log locks a per-key mutex (its state is not one word).
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod algorithms;
+mod clock;
+mod decision;
+mod headers;
+mod keyed;
+mod limiter;
+mod policy;
+mod state;
+mod sync;
+
+pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
+pub use decision::{Decision, Outcome};
+pub use keyed::KeyedLimiter;
+pub use limiter::Limiter;
+pub use policy::{Policy, PolicyError};

@@ -1,0 +1,14 @@
+//! The one place that chooses between `std` atomics and loom's model-checked ones.
+//!
+//! Every other module imports atomics from here, so `RUSTFLAGS="--cfg ratewell_loom"` swaps the
+//! whole crate onto loom without a line of `#[cfg]` elsewhere (the crossbeam arrangement).
+
+#[cfg(not(ratewell_loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(ratewell_loom))]
+pub(crate) use std::sync::{Mutex, RwLock};
+
+#[cfg(ratewell_loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(ratewell_loom)]
+pub(crate) use loom::sync::{Mutex, RwLock};
