@@ -17,7 +17,9 @@ pub enum Outcome {
 
 /// One rate-limiting decision.
 ///
-/// All durations are nanoseconds relative to the instant the decision was taken.
+/// All durations are nanoseconds relative to the instant the decision was taken; one longer than
+/// `u64::MAX` ns (584 years, e.g. the refill time of a 2^32-token bucket filled once a minute)
+/// saturates at `u64::MAX`.
 ///
 /// # Examples
 ///
@@ -48,15 +50,33 @@ pub struct Decision {
 
 impl Decision {
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
-        Decision { outcome: Outcome::Admitted, limit, remaining, reset_after, wait: delay }
+        Decision {
+            outcome: Outcome::Admitted,
+            limit,
+            remaining,
+            reset_after,
+            wait: delay,
+        }
     }
 
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
-        Decision { outcome: Outcome::Rejected, limit, remaining, reset_after, wait: retry_after }
+        Decision {
+            outcome: Outcome::Rejected,
+            limit,
+            remaining,
+            reset_after,
+            wait: retry_after,
+        }
     }
 
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
-        Decision { outcome: Outcome::Impossible, limit, remaining, reset_after, wait: 0 }
+        Decision {
+            outcome: Outcome::Impossible,
+            limit,
+            remaining,
+            reset_after,
+            wait: 0,
+        }
     }
 
     /// Admitted, rejected for now, or impossible.
@@ -110,7 +130,11 @@ impl Decision {
     /// For an admitted request of a delaying leaky bucket, how long to hold it before serving it
     /// (nanoseconds); 0 otherwise.
     pub fn delay_ns(&self) -> u64 {
-        if self.outcome == Outcome::Admitted { self.wait } else { 0 }
+        if self.outcome == Outcome::Admitted {
+            self.wait
+        } else {
+            0
+        }
     }
 
     /// [`delay_ns`](Self::delay_ns) as a [`Duration`].

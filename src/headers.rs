@@ -61,7 +61,12 @@ impl Decision {
     /// # Ok::<(), ratewell::PolicyError>(())
     /// ```
     pub fn ratelimit_field(&self, name: &str) -> String {
-        format!("{};r={};t={}", sf_string(name), self.remaining(), seconds_up(self.reset_after_ns()))
+        format!(
+            "{};r={};t={}",
+            sf_string(name),
+            self.remaining(),
+            seconds_up(self.reset_after_ns())
+        )
     }
 }
 

@@ -48,7 +48,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K, QuantaClock> {
 impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// A keyed limiter reading time from `clock`.
     pub fn with_clock(policy: &Policy, clock: C) -> Self {
-        KeyedLimiter { policy: policy.clone(), map: RwLock::new(HashMap::default()), clock }
+        KeyedLimiter {
+            policy: policy.clone(),
+            map: RwLock::new(HashMap::default()),
+            clock,
+        }
     }
 
     /// Decide a request of cost 1 for `key` and take it if admitted.
@@ -83,7 +87,9 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             return decision;
         }
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        let cell = map.entry(key.clone()).or_insert_with(|| Cell::new(algorithm, 0));
+        let cell = map
+            .entry(key.clone())
+            .or_insert_with(|| Cell::new(algorithm, 0));
         cell.decide(algorithm, now, cost, true)
     }
 
@@ -100,7 +106,10 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
 
     /// Forget `key`: its next request is decided as a fresh key's.
     pub fn reset(&self, key: &K) {
-        self.map.write().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
     }
 
     /// Number of keys holding state.

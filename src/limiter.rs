@@ -25,7 +25,13 @@ impl Cell {
     }
 
     #[inline]
-    pub(crate) fn decide(&self, algorithm: &Algorithm, now: u64, cost: u32, commit: bool) -> Decision {
+    pub(crate) fn decide(
+        &self,
+        algorithm: &Algorithm,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Decision {
         match (self, algorithm) {
             (Cell::Word(word), _) if commit => state::apply(algorithm, word, now, cost),
             (Cell::Word(word), _) => state::peek(algorithm, word, now, cost),
@@ -98,7 +104,11 @@ impl<C: Clock> Limiter<C> {
     /// A limiter reading time from `clock`.
     pub fn with_clock(policy: &Policy, clock: C) -> Self {
         let cell = CachePadded::new(Cell::new(&policy.algorithm, 0));
-        Limiter { policy: policy.clone(), cell, clock }
+        Limiter {
+            policy: policy.clone(),
+            cell,
+            clock,
+        }
     }
 
     /// Decide a request of cost 1 and take it if admitted.
@@ -110,13 +120,15 @@ impl<C: Clock> Limiter<C> {
     /// Decide a request of `cost` and take it if admitted. `cost` 0 is treated as 1.
     #[inline]
     pub fn check_n(&self, cost: u32) -> Decision {
-        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
+        self.cell
+            .decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
     }
 
     /// Decide a request of `cost` without taking anything.
     #[inline]
     pub fn peek_n(&self, cost: u32) -> Decision {
-        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), false)
+        self.cell
+            .decide(&self.policy.algorithm, self.clock.now(), cost.max(1), false)
     }
 
     /// Forget everything: the key is fresh again (a full bucket, an empty window).

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "ratewell", version, about = "Exact, lock-free rate limiting: replay your traffic through any policy")]
+#[command(
+    name = "ratewell",
+    version,
+    about = "Exact, lock-free rate limiting: replay your traffic through any policy"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,7 +30,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // Usage errors are bad input too: exit 2 (help and version exit 0).
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {

@@ -38,7 +38,13 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let progress = size.filter(|&s| s >= PROGRESS_BYTES && io::stderr().is_terminal());
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    let result = replay(&policy, BufReader::with_capacity(1 << 16, input), &mut out, args.summary, progress);
+    let result = replay(
+        &policy,
+        BufReader::with_capacity(1 << 16, input),
+        &mut out,
+        args.summary,
+        progress,
+    );
     // Whatever happened, what was written ends at a line boundary: flush it.
     let flushed = out.flush();
     match (result, flushed) {
@@ -73,11 +79,17 @@ fn replay(
     let mut read = 0u64;
     let mut reported = 0u64;
     let write_err = |e: io::Error| {
-        if e.kind() == io::ErrorKind::BrokenPipe { String::new() } else { format!("cannot write output: {e}") }
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            String::new()
+        } else {
+            format!("cannot write output: {e}")
+        }
     };
     loop {
         line.clear();
-        let n = input.read_until(b'\n', &mut line).map_err(|e| format!("cannot read trace: {e}"))?;
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("cannot read trace: {e}"))?;
         if n == 0 {
             break;
         }
@@ -90,16 +102,24 @@ fn replay(
             Err(e) => return Err(format!("line {number}: {e}")),
         };
         if request.t < previous {
-            let e = LineError::Decreasing { t: request.t, previous };
+            let e = LineError::Decreasing {
+                t: request.t,
+                previous,
+            };
             return Err(format!("line {number}: {e}"));
         }
         previous = request.t;
         let id = match ids.get(request.key) {
             Some(&id) => id,
             None => {
-                let id = u32::try_from(stats.len()).map_err(|_| "more than 2^32 keys".to_string())?;
+                let id =
+                    u32::try_from(stats.len()).map_err(|_| "more than 2^32 keys".to_string())?;
                 ids.insert(request.key.to_vec(), id);
-                stats.push(KeyStats { name: request.key.to_vec(), admitted: 0, rejected: 0 });
+                stats.push(KeyStats {
+                    name: request.key.to_vec(),
+                    admitted: 0,
+                    rejected: 0,
+                });
                 id
             }
         };

@@ -21,11 +21,15 @@
 //! can alias and count too few fills: stricter, never looser. A clock reading whose index is earlier
 //! than the stored one applies no fills (the later of the two).
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, bits_for, ceil_div, invalid, low_mask, sat64, wrap_diff};
+use super::{
+    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, bits_for, ceil_div, invalid, low_mask, sat64,
+    wrap_diff,
+};
 use crate::decision::Decision;
 
-// The widest deficit (32 bits) leaves 32 bits of index.
-const _: () = assert!(32 + 32 <= 64);
+/// The index keeps at least this many bits: the widest deficit is 32 bits.
+const MIN_INDEX_BITS: u32 = 32;
+const _: () = assert!(MAX_COUNT_BITS + MIN_INDEX_BITS <= u64::BITS);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Discrete {
@@ -45,12 +49,15 @@ impl Discrete {
             index_bits,
         };
         if d.idle_horizon_ns() < MIN_IDLE_HORIZON_NS {
-            return invalid("every", format!(
-                "a fill interval of at least {} ns for a capacity of {capacity} (2^{} intervals \
+            return invalid(
+                "every",
+                format!(
+                    "a fill interval of at least {} ns for a capacity of {capacity} (2^{} intervals \
                  must cover 19.5 hours)",
-                MIN_IDLE_HORIZON_NS.div_ceil(1 << (index_bits - 1)),
-                index_bits - 1
-            ));
+                    MIN_IDLE_HORIZON_NS.div_ceil(1 << (index_bits - 1)),
+                    index_bits - 1
+                ),
+            );
         }
         Ok(d)
     }
@@ -70,7 +77,10 @@ impl Discrete {
         let gap = wrap_diff(k_now, word & low_mask(self.index_bits), self.index_bits);
         if gap <= 0 {
             // Same interval, or a reading earlier than the state: no fill, keep the later index.
-            return (self.capacity - deficit, k_now.wrapping_add(gap.unsigned_abs()));
+            return (
+                self.capacity - deficit,
+                k_now.wrapping_add(gap.unsigned_abs()),
+            );
         }
         let filled = u128::from(self.capacity - deficit) + u128::from(self.refill) * gap as u128;
         (filled.min(u128::from(self.capacity)) as u64, k_now)
@@ -87,14 +97,23 @@ impl Discrete {
         if tokens >= cost {
             let left = tokens - cost;
             let deficit = self.capacity - left;
-            let word =
-                if deficit == 0 { 0 } else { (deficit << self.index_bits) | (k & low_mask(self.index_bits)) };
+            let word = if deficit == 0 {
+                0
+            } else {
+                (deficit << self.index_bits) | (k & low_mask(self.index_bits))
+            };
             let reset = self.until_fills(k, deficit, now);
-            (Decision::admitted(self.capacity, left, reset, 0), Some(word))
+            (
+                Decision::admitted(self.capacity, left, reset, 0),
+                Some(word),
+            )
         } else {
             let retry = self.until_fills(k, cost - tokens, now);
             let reset = self.until_fills(k, self.capacity - tokens, now);
-            (Decision::rejected(self.capacity, tokens, reset, retry), None)
+            (
+                Decision::rejected(self.capacity, tokens, reset, retry),
+                None,
+            )
         }
     }
 
@@ -134,7 +153,10 @@ mod tests {
         assert!(d.is_admitted());
         assert_eq!(d.remaining(), 0);
         // The next fill is at 2 s, whatever the time of the last request.
-        assert_eq!(b.decide(w.unwrap(), S + 10, 1).0.retry_after_ns(), Some(S - 10));
+        assert_eq!(
+            b.decide(w.unwrap(), S + 10, 1).0.retry_after_ns(),
+            Some(S - 10)
+        );
     }
 
     #[test]

@@ -70,18 +70,24 @@ pub(crate) fn compile_period(
     let (n, d) = reduced_period(count, period_ns);
     let horizon = (1u128 << 62) / u128::from(n);
     if horizon < MIN_IDLE_HORIZON_NS {
-        return invalid("rate", format!(
-            "a rate whose period is a multiple of 1/65536 ns (this one is {period_ns}/{count} ns, \
+        return invalid(
+            "rate",
+            format!(
+                "a rate whose period is a multiple of 1/65536 ns (this one is {period_ns}/{count} ns, \
              in lowest terms {d}/{n}): exact state would wrap within a day"
-        ));
+            ),
+        );
     }
     let cap = u128::from(tokens) * u128::from(d);
     if cap > MAX_DEBT {
-        return invalid(tokens_key, format!(
-            "a bucket that refills within 2^60/{n} ns (~{} years); {tokens} tokens at one per \
+        return invalid(
+            tokens_key,
+            format!(
+                "a bucket that refills within 2^60/{n} ns (~{} years); {tokens} tokens at one per \
              {period_ns}/{count} ns take longer",
-            (MAX_DEBT / u128::from(n)) / 31_557_600_000_000_000
-        ));
+                (MAX_DEBT / u128::from(n)) / 31_557_600_000_000_000
+            ),
+        );
     }
     Ok((n, d, cap as u64))
 }
@@ -89,7 +95,12 @@ pub(crate) fn compile_period(
 impl Gcra {
     pub(crate) fn new(capacity: u32, count: u64, period_ns: u64) -> Result<Self, Invalid> {
         let (n, d, cap) = compile_period(count, period_ns, u64::from(capacity), "capacity")?;
-        Ok(Gcra { capacity: u64::from(capacity), n, d, cap })
+        Ok(Gcra {
+            capacity: u64::from(capacity),
+            n,
+            d,
+            cap,
+        })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -122,10 +133,16 @@ impl Gcra {
         let after = debt + need; // < 2^63
         if after <= self.cap {
             let word = OCCUPIED | (now_x.wrapping_add(after) & X_MASK);
-            (Decision::admitted(self.capacity, self.tokens(after), self.to_ns(after), 0), Some(word))
+            (
+                Decision::admitted(self.capacity, self.tokens(after), self.to_ns(after), 0),
+                Some(word),
+            )
         } else {
             let retry = self.to_ns(after - self.cap);
-            (Decision::rejected(self.capacity, self.tokens(debt), self.to_ns(debt), retry), None)
+            (
+                Decision::rejected(self.capacity, self.tokens(debt), self.to_ns(debt), retry),
+                None,
+            )
         }
     }
 

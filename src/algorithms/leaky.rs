@@ -44,7 +44,13 @@ impl Leaky {
         delay: Option<u32>,
     ) -> Result<Self, Invalid> {
         let (n, d, cap_plus_one) = compile_period(count, period_ns, u64::from(burst) + 1, "burst")?;
-        Ok(Leaky { burst: u64::from(burst), delay: delay.map(u64::from), n, d, cap: cap_plus_one - d })
+        Ok(Leaky {
+            burst: u64::from(burst),
+            delay: delay.map(u64::from),
+            n,
+            d,
+            cap: cap_plus_one - d,
+        })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -85,7 +91,10 @@ impl Leaky {
             };
             let remaining = (self.cap - excess) / self.d;
             let reset = self.to_ns(excess + self.d);
-            (Decision::admitted(limit, remaining, reset, delay), Some(word))
+            (
+                Decision::admitted(limit, remaining, reset, delay),
+                Some(word),
+            )
         } else {
             let retry = self.to_ns(excess - self.cap);
             let d = Decision::rejected(
@@ -105,7 +114,11 @@ impl Leaky {
     /// The largest cost admitted now with `backlog` outstanding.
     #[inline]
     fn remaining_before(&self, backlog: u64) -> u64 {
-        if backlog > self.cap { 0 } else { (self.cap - backlog) / self.d + 1 }
+        if backlog > self.cap {
+            0
+        } else {
+            (self.cap - backlog) / self.d + 1
+        }
     }
 
     #[inline]

@@ -41,7 +41,10 @@ pub(crate) struct Invalid {
 }
 
 pub(crate) fn invalid<T>(key: &'static str, expected: impl Into<String>) -> Result<T, Invalid> {
-    Err(Invalid { key, expected: expected.into() })
+    Err(Invalid {
+        key,
+        expected: expected.into(),
+    })
 }
 
 /// `(a - b) mod 2^bits`, read as a signed number of `bits` bits.
@@ -52,10 +55,17 @@ pub(crate) fn wrap_diff(a: u64, b: u64, bits: u32) -> i64 {
     ((a.wrapping_sub(b) << shift) as i64) >> shift
 }
 
+/// The widest count field: counts are at most `u32::MAX`.
+pub(crate) const MAX_COUNT_BITS: u32 = bits_for(u32::MAX as u64);
+
 /// Mask of the low `bits` bits (`bits` in 0..=64).
 #[inline]
 pub(crate) const fn low_mask(bits: u32) -> u64 {
-    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
 }
 
 /// Number of bits needed to hold `n`.

@@ -17,11 +17,15 @@
 //! at the start of the stored window (the later of the two). After a longer silence the index can
 //! alias and stale counts apply: stricter, never looser.
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, bits_for, invalid, low_mask, sat64, wrap_diff};
+use super::{
+    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, bits_for, invalid, low_mask, sat64, wrap_diff,
+};
 use crate::decision::Decision;
 
-// The narrowest configuration still keeps 2 bits of index.
-const _: () = assert!(2 * 31 + 2 <= 64);
+/// Two counts of up to 31 bits (the widest accepted; 32-bit limits are refused) leave 2 bits of
+/// index, the least `wrap_diff` can read.
+const MAX_ACCEPTED_COUNT_BITS: u32 = MAX_COUNT_BITS - 1;
+const _: () = assert!(2 * MAX_ACCEPTED_COUNT_BITS + 2 <= u64::BITS);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Sliding {
@@ -43,13 +47,21 @@ impl Sliding {
     pub(crate) fn new(limit: u32, window_ns: u64) -> Result<Self, Invalid> {
         let count_bits = bits_for(u64::from(limit));
         let index_bits = 64 - 2 * count_bits;
-        let s = Sliding { limit: u64::from(limit), window: window_ns, count_bits, index_bits };
+        let s = Sliding {
+            limit: u64::from(limit),
+            window: window_ns,
+            count_bits,
+            index_bits,
+        };
         if index_bits < 2 || s.idle_horizon_ns() < MIN_IDLE_HORIZON_NS {
-            return invalid("limit", format!(
-                "a smaller limit or a longer window: two {count_bits}-bit counts leave \
+            return invalid(
+                "limit",
+                format!(
+                    "a smaller limit or a longer window: two {count_bits}-bit counts leave \
                  {index_bits} bits of window index, less than 19.5 hours of windows of \
                  {window_ns} ns"
-            ));
+                ),
+            );
         }
         Ok(s)
     }
@@ -69,20 +81,46 @@ impl Sliding {
         let prev = word >> (self.index_bits + self.count_bits);
         let cur = (word >> self.index_bits) & counts;
         if prev == 0 && cur == 0 {
-            return At { prev: 0, cur: 0, k: k_now, r };
+            return At {
+                prev: 0,
+                cur: 0,
+                k: k_now,
+                r,
+            };
         }
         match wrap_diff(k_now, word & low_mask(self.index_bits), self.index_bits) {
-            0 => At { prev, cur, k: k_now, r },
-            1 => At { prev: cur, cur: 0, k: k_now, r },
-            g if g > 1 => At { prev: 0, cur: 0, k: k_now, r },
-            g => At { prev, cur, k: k_now.wrapping_sub(g.unsigned_abs()), r: 0 },
+            0 => At {
+                prev,
+                cur,
+                k: k_now,
+                r,
+            },
+            1 => At {
+                prev: cur,
+                cur: 0,
+                k: k_now,
+                r,
+            },
+            g if g > 1 => At {
+                prev: 0,
+                cur: 0,
+                k: k_now,
+                r,
+            },
+            g => At {
+                prev,
+                cur,
+                k: k_now.wrapping_add(g.unsigned_abs()),
+                r: 0,
+            },
         }
     }
 
     /// `floor(prev*(W - r)/W) + cur`.
     #[inline]
     fn estimate(&self, at: &At) -> u64 {
-        let weighted = u128::from(at.prev) * u128::from(self.window - at.r) / u128::from(self.window);
+        let weighted =
+            u128::from(at.prev) * u128::from(self.window - at.r) / u128::from(self.window);
         weighted as u64 + at.cur
     }
 
@@ -93,10 +131,16 @@ impl Sliding {
         let cost = u64::from(cost);
         let remaining = self.limit.saturating_sub(est);
         if cost > self.limit {
-            return (Decision::impossible(self.limit, remaining, self.reset(&at, now)), None);
+            return (
+                Decision::impossible(self.limit, remaining, self.reset(&at, now)),
+                None,
+            );
         }
         if est + cost <= self.limit {
-            let after = At { cur: at.cur + cost, ..at };
+            let after = At {
+                cur: at.cur + cost,
+                ..at
+            };
             let word = (after.prev << (self.index_bits + self.count_bits))
                 | (after.cur << self.index_bits)
                 | (after.k & low_mask(self.index_bits));
@@ -104,7 +148,10 @@ impl Sliding {
             (d, Some(word))
         } else {
             let retry = self.next_admit(&at, cost, now);
-            (Decision::rejected(self.limit, remaining, self.reset(&at, now), retry), None)
+            (
+                Decision::rejected(self.limit, remaining, self.reset(&at, now), retry),
+                None,
+            )
         }
     }
 
@@ -121,7 +168,7 @@ impl Sliding {
 
     /// Nanoseconds from `now` to the instant `k*W + r`.
     #[inline]
-    fn from_now(&self, k: u64, r: u64, now: u64) -> u64 {
+    fn wait_until(&self, k: u64, r: u64, now: u64) -> u64 {
         let t = u128::from(k) * u128::from(self.window) + u128::from(r);
         sat64(t.saturating_sub(u128::from(now)))
     }
@@ -131,14 +178,14 @@ impl Sliding {
         if let Some(a) = self.limit.checked_sub(at.cur + cost) {
             let r = self.first_r(at.prev, a).max(at.r);
             if r < self.window {
-                return self.from_now(at.k, r, now);
+                return self.wait_until(at.k, r, now);
             }
         }
         let r = self.first_r(at.cur, self.limit - cost);
         if r < self.window {
-            return self.from_now(at.k + 1, r, now);
+            return self.wait_until(at.k + 1, r, now);
         }
-        self.from_now(at.k + 2, 0, now)
+        self.wait_until(at.k + 2, 0, now)
     }
 
     /// Wait until the estimate is 0 with an empty current window (then no decision differs from a
@@ -146,10 +193,14 @@ impl Sliding {
     fn reset(&self, at: &At, now: u64) -> u64 {
         if at.cur == 0 {
             let r = self.first_r(at.prev, 0).max(at.r);
-            return self.from_now(at.k, r.min(self.window), now);
+            return self.wait_until(at.k, r.min(self.window), now);
         }
         let r = self.first_r(at.cur, 0);
-        if r < self.window { self.from_now(at.k + 1, r, now) } else { self.from_now(at.k + 2, 0, now) }
+        if r < self.window {
+            self.wait_until(at.k + 1, r, now)
+        } else {
+            self.wait_until(at.k + 2, 0, now)
+        }
     }
 
     pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
@@ -165,7 +216,12 @@ mod tests {
     fn previous_window_weighs_by_overlap() {
         // N = 10, W = 100 ns; 10 admitted in window 0.
         // (Built directly: a 100 ns window is below the configuration's horizon floor.)
-        let s = Sliding { limit: 10, window: 100, count_bits: 4, index_bits: 56 };
+        let s = Sliding {
+            limit: 10,
+            window: 100,
+            count_bits: 4,
+            index_bits: 56,
+        };
         let (_, w) = s.decide(0, 0, 10);
         let w = w.unwrap();
         // At 100 (r = 0) the previous window counts fully.

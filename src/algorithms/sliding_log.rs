@@ -33,65 +33,81 @@ pub(crate) struct Log {
 impl SlidingLog {
     pub(crate) fn new(limit: u32, window_ns: u64) -> Result<Self, Invalid> {
         if limit > MAX_LIMIT {
-            return invalid("limit", format!("a limit of at most {MAX_LIMIT} for a sliding log"));
+            return invalid(
+                "limit",
+                format!("a limit of at most {MAX_LIMIT} for a sliding log"),
+            );
         }
-        Ok(SlidingLog { limit: u64::from(limit), window: window_ns })
+        Ok(SlidingLog {
+            limit: u64::from(limit),
+            window: window_ns,
+        })
     }
 
     /// Decide, and log the request when `commit` and admitted.
+    ///
+    /// Only an admission writes: it drops the entries that can never count again (older than
+    /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
+    /// between the newest entry and this one still sees every entry it should.
     pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
-        let now = log.entries.back().map_or(now, |&(t, _)| t.max(now));
-        // Entries at or after `now - W` are live; older ones can never count again.
-        let oldest_live = now.saturating_sub(self.window);
-        while let Some(&(t, c)) = log.entries.front() {
-            if t >= oldest_live {
-                break;
-            }
-            log.total -= c;
-            log.entries.pop_front();
-        }
+        // Decide at the later of `now` and the newest entry; report waits from `now`.
+        let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
+        // Entries at or after `at - W` are live.
+        let oldest_live = at.saturating_sub(self.window);
+        let expired = log
+            .entries
+            .iter()
+            .take_while(|&&(t, _)| t < oldest_live)
+            .count();
+        let dead: u64 = log.entries.iter().take(expired).map(|&(_, c)| c).sum();
+        let live = log.total - dead;
         let cost = u64::from(cost);
-        let remaining = self.limit - log.total;
+        let remaining = self.limit - live;
+        let reset_at = |newest: u64| newest.saturating_add(self.window + 1).saturating_sub(now);
+        let newest = log.entries.back().map(|&(t, _)| t);
+        let reset = if live == 0 {
+            0
+        } else {
+            newest.map_or(0, reset_at)
+        };
         if cost > self.limit {
-            return Decision::impossible(self.limit, remaining, self.reset(log, now));
+            return Decision::impossible(self.limit, remaining, reset);
         }
-        if log.total + cost <= self.limit {
+        if live + cost <= self.limit {
             if commit {
+                log.entries.drain(..expired);
+                log.total = live + cost;
                 match log.entries.back_mut() {
-                    Some((t, c)) if *t == now => *c += cost,
+                    Some((t, c)) if *t == at => *c += cost,
                     _ => {
                         if log.entries.capacity() == 0 {
                             log.entries.reserve_exact(4);
                         }
-                        log.entries.push_back((now, cost));
+                        log.entries.push_back((at, cost));
                     }
                 }
-                log.total += cost;
-                return Decision::admitted(self.limit, remaining - cost, self.reset(log, now), 0);
             }
-            let reset = self.window + 1;
-            return Decision::admitted(self.limit, remaining - cost, reset, 0);
+            return Decision::admitted(self.limit, remaining - cost, reset_at(at), 0);
         }
-        // Entry `t` stops counting at `t + W + 1`; wait for the oldest ones until `cost` fits.
+        // Entry `t` stops counting at `t + W + 1`; wait for the oldest live ones until `cost` fits.
         let mut freed = 0;
         let mut retry = 0;
-        for &(t, c) in &log.entries {
+        for &(t, c) in log.entries.iter().skip(expired) {
             freed += c;
-            if log.total - freed + cost <= self.limit {
-                retry = t.saturating_add(self.window + 1).saturating_sub(now);
+            if live - freed + cost <= self.limit {
+                retry = reset_at(t);
                 break;
             }
         }
-        Decision::rejected(self.limit, remaining, self.reset(log, now), retry)
+        Decision::rejected(self.limit, remaining, reset, retry)
     }
 
-    fn reset(&self, log: &Log, now: u64) -> u64 {
-        log.entries.back().map_or(0, |&(t, _)| t.saturating_add(self.window + 1).saturating_sub(now))
-    }
-
-    /// `true` once every entry has expired at `now`.
+    /// `true` once every entry has expired at `now` (a reading earlier than the newest entry
+    /// never counts as expired).
     pub(crate) fn is_fresh(&self, log: &Log, now: u64) -> bool {
-        self.reset(log, now) == 0
+        log.entries
+            .back()
+            .is_none_or(|&(t, _)| t.saturating_add(self.window) < now)
     }
 }
 
@@ -111,7 +127,10 @@ mod tests {
         assert!(s.decide(&mut log, 111, 1, true).is_admitted());
         // Live: 50 and 111. One fits once 50 expires (at 151), two once 111 does (at 212).
         assert_eq!(s.decide(&mut log, 111, 1, false).retry_after_ns(), Some(40));
-        assert_eq!(s.decide(&mut log, 111, 2, false).retry_after_ns(), Some(101));
+        assert_eq!(
+            s.decide(&mut log, 111, 2, false).retry_after_ns(),
+            Some(101)
+        );
         assert!(s.decide(&mut log, 111, 3, false).is_impossible());
         assert!(SlidingLog::new(65_537, 100).is_err());
     }

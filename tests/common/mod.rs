@@ -1,0 +1,474 @@
+//! A naive reference model of every algorithm, written from SEMANTICS.md alone: unpacked state,
+//! absolute time in u128/i128, rates as unreduced integer ratios. It knows nothing of the packed
+//! layouts. `remaining`, `reset_after` and `retry_after` are derived by search from the model's own
+//! admission rule, using their definitions:
+//! - retry_after: the smallest wait after which the same request would be admitted;
+//! - remaining: the largest cost admitted right after the decision, at the same instant;
+//! - reset_after: the smallest wait after which the key is indistinguishable from a fresh one.
+
+#![allow(dead_code, unreachable_pub)]
+
+use ratewell::{Decision, Limiter, ManualClock, Outcome, Policy};
+
+/// What the model's admission rule says about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Admitted { delay: u128 },
+    Rejected,
+    Impossible,
+}
+
+pub trait Model: Clone {
+    fn limit(&self) -> u128;
+    /// Decide at `now`; when admitted, update the state.
+    fn step(&mut self, now: u128, cost: u128) -> Verdict;
+    /// Every later decision equals a fresh key's.
+    fn is_full(&self, now: u128) -> bool;
+}
+
+/// The decision the model expects, field by field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub outcome: Outcome,
+    pub limit: u128,
+    pub remaining: u128,
+    pub reset_after: u128,
+    pub retry_after: Option<u128>,
+    pub delay: u128,
+}
+
+impl Expected {
+    pub fn of(d: &Decision) -> Self {
+        Expected {
+            outcome: d.outcome(),
+            limit: d.limit().into(),
+            remaining: d.remaining().into(),
+            reset_after: d.reset_after_ns().into(),
+            retry_after: d.retry_after_ns().map(u128::from),
+            delay: d.delay_ns().into(),
+        }
+    }
+}
+
+/// Smallest `x` in `lo..=hi` with `f(x)`, for `f` monotone (false then true) and `f(hi)`.
+fn min_true(mut lo: u128, mut hi: u128, f: impl Fn(u128) -> bool) -> u128 {
+    // Gallop first, so that the search never evaluates far beyond the answer (keeps the model's
+    // products small).
+    let mut probe = lo.max(1);
+    while probe < hi && !f(probe) {
+        lo = probe + 1;
+        probe = probe.saturating_mul(2);
+    }
+    hi = hi.min(probe);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if f(mid) { hi = mid } else { lo = mid + 1 }
+    }
+    lo
+}
+
+const FOREVER: u128 = 1 << 100;
+
+/// Decide with the model, deriving every field; the state advances only if `commit`.
+pub fn expect<M: Model>(model: &mut M, now: u128, cost: u128, commit: bool) -> Expected {
+    let before = model.clone();
+    let mut after = model.clone();
+    let verdict = after.step(now, cost);
+    let remaining = {
+        let fits =
+            |k: u128| k == 0 || matches!(after.clone().step(now, k), Verdict::Admitted { .. });
+        // Largest k with fits(k): smallest k with !fits(k+1).
+        min_true(0, after.limit(), |k| !fits(k + 1))
+    };
+    let reset_after = min_true(0, FOREVER, |w| after.is_full(now + w));
+    let (outcome, retry_after, delay) = match verdict {
+        Verdict::Admitted { delay } => (Outcome::Admitted, None, delay),
+        Verdict::Impossible => (Outcome::Impossible, None, 0),
+        Verdict::Rejected => {
+            let wait = min_true(1, FOREVER, |w| {
+                matches!(before.clone().step(now + w, cost), Verdict::Admitted { .. })
+            });
+            (Outcome::Rejected, Some(wait), 0)
+        }
+    };
+    if commit {
+        *model = after;
+    }
+    // Durations longer than u64 ns (584 years) saturate, as documented on `Decision`.
+    let sat = |x: u128| x.min(u64::MAX.into());
+    Expected {
+        outcome,
+        limit: before.limit(),
+        remaining,
+        reset_after: sat(reset_after),
+        retry_after: retry_after.map(sat),
+        delay: sat(delay),
+    }
+}
+
+fn ceil_div(a: u128, b: u128) -> u128 {
+    a.div_ceil(b)
+}
+
+/// Token bucket, continuous: GCRA with TAT in units of 1/count ns.
+#[derive(Clone, Debug)]
+pub struct Gcra {
+    pub capacity: u128,
+    pub count: u128,
+    pub period: u128,
+    pub tat: Option<u128>,
+}
+
+impl Model for Gcra {
+    fn limit(&self) -> u128 {
+        self.capacity
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.capacity {
+            return Verdict::Impossible;
+        }
+        let now_n = now * self.count;
+        let t = self.tat.unwrap_or(0).max(now_n);
+        // max(TAT, now) + c*T - now <= B*T, everything times `count`.
+        if t + c * self.period - now_n <= self.capacity * self.period {
+            self.tat = Some(t + c * self.period);
+            Verdict::Admitted { delay: 0 }
+        } else {
+            Verdict::Rejected
+        }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        self.tat.is_none_or(|t| t <= now * self.count)
+    }
+}
+
+/// Leaky bucket, nginx semantics in exact arithmetic: excess in units of 1/period requests,
+/// `excess' = max(0, excess - R*(now - last) + 1) + (c - 1)` with the signed elapsed time.
+#[derive(Clone, Debug)]
+pub struct Leaky {
+    pub burst: u128,
+    pub count: u128,
+    pub period: u128,
+    /// `None`: nodelay.
+    pub delay: Option<u128>,
+    pub state: Option<(i128, i128)>,
+}
+
+impl Model for Leaky {
+    fn limit(&self) -> u128 {
+        self.burst + 1
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.burst + 1 {
+            return Verdict::Impossible;
+        }
+        let (n, d) = (self.count as i128, self.period as i128);
+        let now = now as i128;
+        let excess = match self.state {
+            None => (c as i128 - 1) * d,
+            Some((e, last)) => (e - n * (now - last) + d).max(0) + (c as i128 - 1) * d,
+        };
+        if excess > self.burst as i128 * d {
+            return Verdict::Rejected;
+        }
+        self.state = Some((excess, now));
+        // Delay: max(0, excess - D) / R, in ns: (excess - D*period)/count, rounded up.
+        let delay = match self.delay {
+            None => 0,
+            Some(free) => ceil_div((excess - free as i128 * d).max(0) as u128, self.count),
+        };
+        Verdict::Admitted { delay }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        let (n, d) = (self.count as i128, self.period as i128);
+        self.state
+            .is_none_or(|(e, last)| e - n * (now as i128 - last) + d <= 0)
+    }
+}
+
+/// Leaky bucket with nginx's own arithmetic (compat=nginx), from SEMANTICS.md.
+#[derive(Clone, Debug)]
+pub struct Nginx {
+    /// milli-requests per second.
+    pub rate: i128,
+    pub burst: i128,
+    pub delay: Option<i128>,
+    /// `(excess, last_ms)`.
+    pub state: Option<(i128, i128)>,
+}
+
+impl Nginx {
+    pub fn new(count: u128, period: u128, burst: u128, delay: Option<u128>) -> Self {
+        let rate = (count * 1000 * 1_000_000_000 / period) as i128;
+        Nginx {
+            rate,
+            burst: burst as i128,
+            delay: delay.map(|d| d as i128),
+            state: None,
+        }
+    }
+}
+
+impl Model for Nginx {
+    fn limit(&self) -> u128 {
+        (self.burst + 1) as u128
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c as i128 > self.burst + 1 {
+            return Verdict::Impossible;
+        }
+        let now_ms = (now / 1_000_000) as i128;
+        let (excess_1, last) = match self.state {
+            None => (0, now_ms),
+            Some((excess, last)) => {
+                let ms = (now_ms - last).max(0);
+                let e = (excess - self.rate * ms / 1000 + 1000).max(0);
+                (e, if ms != 0 { now_ms } else { last })
+            }
+        };
+        let excess_c = excess_1 + (c as i128 - 1) * 1000;
+        if excess_c > self.burst * 1000 {
+            return Verdict::Rejected;
+        }
+        self.state = Some((excess_c, last));
+        let delay_ms = match self.delay {
+            Some(d) if excess_c > d * 1000 => (excess_c - d * 1000) * 1000 / self.rate,
+            _ => 0,
+        };
+        Verdict::Admitted {
+            delay: delay_ms as u128 * 1_000_000,
+        }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        let now_ms = (now / 1_000_000) as i128;
+        self.state.is_none_or(|(excess, last)| {
+            excess - self.rate * (now_ms - last).max(0) / 1000 + 1000 <= 0
+        })
+    }
+}
+
+/// Token bucket with discrete fill (Envoy).
+#[derive(Clone, Debug)]
+pub struct Discrete {
+    pub capacity: u128,
+    pub refill: u128,
+    pub every: u128,
+    /// `(tokens, index of the last fill applied)`.
+    pub state: Option<(u128, u128)>,
+}
+
+impl Discrete {
+    fn at(&self, now: u128) -> (u128, u128) {
+        let k_now = now / self.every;
+        match self.state {
+            None => (self.capacity, k_now),
+            Some((tokens, k)) if k_now > k => (
+                (tokens + self.refill * (k_now - k)).min(self.capacity),
+                k_now,
+            ),
+            Some(s) => s,
+        }
+    }
+}
+
+impl Model for Discrete {
+    fn limit(&self) -> u128 {
+        self.capacity
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.capacity {
+            return Verdict::Impossible;
+        }
+        let (tokens, k) = self.at(now);
+        if tokens < c {
+            return Verdict::Rejected;
+        }
+        self.state = Some((tokens - c, k));
+        Verdict::Admitted { delay: 0 }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        self.at(now).0 == self.capacity
+    }
+}
+
+/// Fixed window; `first`: windows open at a key's first request after the previous one ends.
+#[derive(Clone, Debug)]
+pub struct Fixed {
+    pub limit: u128,
+    pub window: u128,
+    pub first: bool,
+    /// `(window start, admitted cost)`.
+    pub state: Option<(u128, u128)>,
+}
+
+impl Fixed {
+    fn at(&self, now: u128) -> (u128, u128) {
+        let open = if self.first {
+            now
+        } else {
+            now / self.window * self.window
+        };
+        match self.state {
+            Some((start, count)) if now < start + self.window => (start, count),
+            _ => (open, 0),
+        }
+    }
+}
+
+impl Model for Fixed {
+    fn limit(&self) -> u128 {
+        self.limit
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.limit {
+            return Verdict::Impossible;
+        }
+        let (start, count) = self.at(now);
+        if count + c > self.limit {
+            return Verdict::Rejected;
+        }
+        self.state = Some((start, count + c));
+        Verdict::Admitted { delay: 0 }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        self.at(now).1 == 0
+    }
+}
+
+/// Sliding-window counter.
+#[derive(Clone, Debug)]
+pub struct Sliding {
+    pub limit: u128,
+    pub window: u128,
+    /// `(window index, prev, cur)`.
+    pub state: (u128, u128, u128),
+}
+
+impl Sliding {
+    /// `(k, prev, cur, r)` at `now`; a reading before the stored window counts at its start.
+    fn at(&self, now: u128) -> (u128, u128, u128, u128) {
+        let (k, prev, cur) = self.state;
+        let (k_now, r) = (now / self.window, now % self.window);
+        if k_now < k {
+            (k, prev, cur, 0)
+        } else if k_now == k {
+            (k, prev, cur, r)
+        } else if k_now == k + 1 {
+            (k_now, cur, 0, r)
+        } else {
+            (k_now, 0, 0, r)
+        }
+    }
+}
+
+impl Model for Sliding {
+    fn limit(&self) -> u128 {
+        self.limit
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.limit {
+            return Verdict::Impossible;
+        }
+        let (k, prev, cur, r) = self.at(now);
+        let w = self.window;
+        if (prev * (w - r) + cur * w) / w + c > self.limit {
+            return Verdict::Rejected;
+        }
+        self.state = (k, prev, cur + c);
+        Verdict::Admitted { delay: 0 }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        let (_, prev, cur, r) = self.at(now);
+        cur == 0 && prev * (self.window - r) / self.window == 0
+    }
+}
+
+/// Sliding log: every admitted request with its time.
+#[derive(Clone, Debug)]
+pub struct Log {
+    pub limit: u128,
+    pub window: u128,
+    pub entries: Vec<(u128, u128)>,
+}
+
+impl Model for Log {
+    fn limit(&self) -> u128 {
+        self.limit
+    }
+    fn step(&mut self, now: u128, c: u128) -> Verdict {
+        if c > self.limit {
+            return Verdict::Impossible;
+        }
+        let now = self.entries.last().map_or(now, |&(t, _)| t.max(now));
+        let live: u128 = self
+            .entries
+            .iter()
+            .filter(|&&(t, _)| t + self.window >= now)
+            .map(|&(_, c)| c)
+            .sum();
+        if live + c > self.limit {
+            return Verdict::Rejected;
+        }
+        self.entries.push((now, c));
+        Verdict::Admitted { delay: 0 }
+    }
+    fn is_full(&self, now: u128) -> bool {
+        self.entries.iter().all(|&(t, _)| t + self.window < now)
+    }
+}
+
+/// One step of a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    pub gap: Gap,
+    pub cost: u32,
+    pub peek: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Gap {
+    /// Move forward by this many ns (clamped to the policy's idle horizon and to 2^63 - 1).
+    Forward(u64),
+    /// Move backward by this many ns (a skewed clock), at most down to 0.
+    Back(u64),
+}
+
+/// Run `ops` through the limiter and the model, comparing every field of every decision.
+pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> Result<(), String> {
+    let clock = ManualClock::new(start);
+    let limiter = Limiter::with_clock(policy, clock.clone());
+    let horizon = policy.idle_horizon_ns().min(u128::from(i64::MAX as u64)) as u64;
+    let mut now = start;
+    // Exactness is promised while a key's silence (time since its state was last written) stays
+    // under the idle horizon; beyond it, see `beyond_the_horizon_is_only_stricter`.
+    let mut written = None::<u64>;
+    for (i, op) in ops.iter().enumerate() {
+        now = match op.gap {
+            Gap::Forward(g) => {
+                let limit = written.map_or(u64::MAX, |w| w.saturating_add(horizon / 2));
+                now.saturating_add(g)
+                    .min(limit)
+                    .max(now)
+                    .min(i64::MAX as u64)
+            }
+            Gap::Back(g) => now.saturating_sub(g),
+        };
+        clock.set(now);
+        let got = if op.peek {
+            limiter.peek_n(op.cost)
+        } else {
+            limiter.check_n(op.cost)
+        };
+        if !op.peek && got.is_admitted() {
+            written = Some(written.map_or(now, |w| w.max(now)));
+        }
+        let want = expect(&mut model, now.into(), op.cost.into(), !op.peek);
+        if Expected::of(&got) != want {
+            return Err(format!(
+                "step {i} ({op:?}) at t={now}, policy `{policy}`:\n  got  {:?}\n  want {want:?}",
+                Expected::of(&got)
+            ));
+        }
+    }
+    Ok(())
+}
