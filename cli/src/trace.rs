@@ -47,7 +47,9 @@ impl fmt::Display for LineError {
             }
             LineError::Fields(n) => write!(
                 f,
-                "{n} fields: expected `t_ns,key` or `t_ns,key,cost` (no spaces, nothing after)"
+                "found {n} field{}: expected `t_ns,key` or `t_ns,key,cost` (no spaces, nothing \
+                 after)",
+                if *n == 1 { "" } else { "s" }
             ),
             LineError::Decreasing { t, previous } => {
                 write!(
