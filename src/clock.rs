@@ -91,20 +91,14 @@ impl CoarseClock {
         // its time serves equally well.
         UPKEEP.get_or_init(|| quanta::Upkeep::new(interval).start().ok());
         let clock = quanta::Clock::new();
-        CoarseClock {
-            start: clock.recent(),
-            clock,
-        }
+        CoarseClock { start: clock.recent(), clock }
     }
 }
 
 impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> u64 {
-        self.clock
-            .recent()
-            .saturating_duration_since(self.start)
-            .as_nanos() as u64
+        self.clock.recent().saturating_duration_since(self.start).as_nanos() as u64
     }
 }
 
@@ -130,9 +124,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock reading `now` ns.
     pub fn new(now: u64) -> Self {
-        ManualClock {
-            now: Arc::new(AtomicU64::new(now)),
-        }
+        ManualClock { now: Arc::new(AtomicU64::new(now)) }
     }
 
     /// Set the reading to `now` ns (it may go backwards).

@@ -50,33 +50,15 @@ pub struct Decision {
 
 impl Decision {
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
-        Decision {
-            outcome: Outcome::Admitted,
-            limit,
-            remaining,
-            reset_after,
-            wait: delay,
-        }
+        Decision { outcome: Outcome::Admitted, limit, remaining, reset_after, wait: delay }
     }
 
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
-        Decision {
-            outcome: Outcome::Rejected,
-            limit,
-            remaining,
-            reset_after,
-            wait: retry_after,
-        }
+        Decision { outcome: Outcome::Rejected, limit, remaining, reset_after, wait: retry_after }
     }
 
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
-        Decision {
-            outcome: Outcome::Impossible,
-            limit,
-            remaining,
-            reset_after,
-            wait: 0,
-        }
+        Decision { outcome: Outcome::Impossible, limit, remaining, reset_after, wait: 0 }
     }
 
     /// Admitted, rejected for now, or impossible.
@@ -130,11 +112,7 @@ impl Decision {
     /// For an admitted request of a delaying leaky bucket, how long to hold it before serving it
     /// (nanoseconds); 0 otherwise.
     pub fn delay_ns(&self) -> u64 {
-        if self.outcome == Outcome::Admitted {
-            self.wait
-        } else {
-            0
-        }
+        if self.outcome == Outcome::Admitted { self.wait } else { 0 }
     }
 
     /// [`delay_ns`](Self::delay_ns) as a [`Duration`].

@@ -1,21 +1,34 @@
-//! Per-key limiting: a map from keys to state words.
-//!
-//! This first table is a plain, correct map behind a reader-writer lock: a key already present is
-//! decided under the read lock with the same CAS loop as the direct limiter; a new key is inserted
-//! under the write lock, and only when its first request is admitted (a rejection changes no state,
-//! so a flood of impossible requests allocates nothing). It grows with the number of distinct keys;
-//! the lock-free bounded table replaces it.
+//! Per-key limiting: a bounded table of per-key states, per-key policy overrides, run-time policy
+//! changes, and metrics.
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64 as StdAtomicU64};
+use std::sync::{Mutex as StdMutex, OnceLock};
 
+use crossbeam_utils::CachePadded;
+
+use crate::algorithms::Algorithm;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::limiter::Cell;
-use crate::policy::Policy;
-use crate::sync::RwLock;
+use crate::log_table::LogTable;
+use crate::policy::{Policy, PolicyError};
+use crate::sync::Ordering;
+use crate::table::{MAX_POLICIES, OnFull, Policies, Table};
 
-/// A rate limiter with one state per key.
+/// A rate limiter with one state per key, in a table of bounded size.
+///
+/// Memory is allocated once, for `capacity` keys (16 bytes each, see [`KeyedLimiter::memory_bytes`]),
+/// and never grows. A decision for a key already present takes no lock and allocates nothing; a
+/// new key takes its shard's insert lock. When a new key's candidate slots are all taken, keys
+/// whose state is indistinguishable from a fresh key's are reclaimed first (no decision changes);
+/// only if all are live is one evicted (the one whose loss grants the least extra capacity) or,
+/// with [`OnFull::Refuse`], the new key refused. The sliding log keeps a log per key and locks its
+/// shard for every decision.
+///
+/// Keys are hashed with a per-process-seeded `ahash` and stored as 56-bit fingerprints: hash the
+/// same type for the same key (`&str` and `String` hash alike; `u32` and `u64` do not).
 ///
 /// # Examples
 ///
@@ -23,36 +36,101 @@ use crate::sync::RwLock;
 /// use ratewell::{KeyedLimiter, ManualClock, Policy};
 ///
 /// let policy: Policy = "sliding-window limit=2 window=1m".parse()?;
-/// let limiter = KeyedLimiter::with_clock(&policy, ManualClock::new(0));
-/// assert!(limiter.check(&"alice").is_admitted());
-/// assert!(limiter.check(&"alice").is_admitted());
-/// assert!(!limiter.check(&"alice").is_admitted());
-/// assert!(limiter.check(&"bob").is_admitted());
-/// assert_eq!(limiter.len(), 2);
+/// let limiter = KeyedLimiter::with_clock(&policy, 10_000, ManualClock::new(0));
+/// assert!(limiter.check("alice").is_admitted());
+/// assert!(limiter.check("alice").is_admitted());
+/// assert!(!limiter.check("alice").is_admitted());
+/// assert!(limiter.check("bob").is_admitted());
+///
+/// // A premium key gets another quota.
+/// limiter.set_override("carol", &"sliding-window limit=100 window=1m".parse()?)?;
+/// assert_eq!(limiter.check("carol").limit(), 100);
+///
+/// let m = limiter.metrics();
+/// assert_eq!((m.keys, m.admitted, m.rejected), (3, 4, 1));
 /// # Ok::<(), ratewell::PolicyError>(())
 /// ```
-#[derive(Debug)]
-pub struct KeyedLimiter<K, C: Clock = QuantaClock> {
-    policy: Policy,
-    map: RwLock<HashMap<K, Cell, ahash::RandomState>>,
+pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
+    registry: Registry,
+    backend: Backend,
+    hasher: ahash::RandomState,
     clock: C,
+    counts: Stripes,
+    _key: PhantomData<fn(&K)>,
 }
 
-impl<K: Hash + Eq + Clone> KeyedLimiter<K, QuantaClock> {
-    /// A keyed limiter on the TSC clock.
-    pub fn new(policy: &Policy) -> Self {
-        Self::with_clock(policy, QuantaClock::new())
+impl<K: Hash + ?Sized, C: Clock + std::fmt::Debug> std::fmt::Debug for KeyedLimiter<K, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("policy", &self.policy())
+            .field("metrics", &self.metrics())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
-    /// A keyed limiter reading time from `clock`.
-    pub fn with_clock(policy: &Policy, clock: C) -> Self {
+enum Backend {
+    Words(Table),
+    Logs(LogTable),
+}
+
+/// Counters of a keyed limiter. Reading them sums per-shard and per-thread cells; updating them
+/// writes no line shared between threads (see [`KeyedLimiter::metrics`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Keys holding state now.
+    pub keys: u64,
+    /// Keys the table can hold.
+    pub capacity: u64,
+    /// Keys dropped because their state was indistinguishable from a fresh key's (no decision
+    /// changed).
+    pub reclaims: u64,
+    /// Live keys evicted to make room (each may have been granted extra capacity).
+    pub evictions: u64,
+    /// New keys refused because every candidate slot was live (with [`OnFull::Refuse`]).
+    pub refused: u64,
+    /// Admitted decisions (`check`, not `peek`).
+    pub admitted: u64,
+    /// Rejected and impossible decisions (`check`, not `peek`).
+    pub rejected: u64,
+}
+
+impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
+    /// A keyed limiter for up to `capacity` keys, on the TSC clock.
+    pub fn new(policy: &Policy, capacity: usize) -> Self {
+        Self::with_clock(policy, capacity, QuantaClock::new())
+    }
+}
+
+impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
+    /// A keyed limiter for up to `capacity` keys (rounded up to whole 64-byte buckets), reading
+    /// time from `clock`.
+    pub fn with_clock(policy: &Policy, capacity: usize, clock: C) -> Self {
+        let hasher = ahash::RandomState::new();
+        let secret = hasher.hash_one(0x5eed_u64);
+        let backend = match policy.algorithm {
+            Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity, OnFull::default())),
+            _ => Backend::Words(Table::new(capacity, OnFull::default(), secret)),
+        };
         KeyedLimiter {
-            policy: policy.clone(),
-            map: RwLock::new(HashMap::default()),
+            registry: Registry::new(policy),
+            backend,
+            hasher,
             clock,
+            counts: Stripes::new(),
+            _key: PhantomData,
         }
+    }
+
+    /// What to do when a new key finds every candidate slot live (default: evict the one whose
+    /// loss grants the least extra capacity).
+    pub fn on_full(mut self, on_full: OnFull) -> Self {
+        match &mut self.backend {
+            Backend::Words(t) => t.set_on_full(on_full),
+            Backend::Logs(t) => t.set_on_full(on_full),
+        }
+        self
     }
 
     /// Decide a request of cost 1 for `key` and take it if admitted.
@@ -62,73 +140,304 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// Decide a request of `cost` for `key` and take it if admitted. `cost` 0 is treated as 1.
+    #[inline]
     pub fn check_n(&self, key: &K, cost: u32) -> Decision {
-        self.decide(key, cost.max(1), true)
+        let decision = self.decide(key, cost.max(1), true);
+        self.counts.record(decision.is_admitted());
+        decision
     }
 
     /// Decide a request of `cost` for `key` without taking anything.
+    #[inline]
     pub fn peek_n(&self, key: &K, cost: u32) -> Decision {
         self.decide(key, cost.max(1), false)
     }
 
+    #[inline]
     fn decide(&self, key: &K, cost: u32, commit: bool) -> Decision {
-        let algorithm = &self.policy.algorithm;
+        let hash = self.hasher.hash_one(key);
         let now = self.clock.now();
-        {
-            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(cell) = map.get(key) {
-                return cell.decide(algorithm, now, cost, commit);
+        match &self.backend {
+            Backend::Words(table) => {
+                table.decide(&self.registry, table.place(hash), now, cost, commit)
             }
+            Backend::Logs(table) => table.decide(&self.registry, hash, now, cost, commit),
         }
-        // A new key: decide against a fresh state first, and insert only if something is taken.
-        let fresh = Cell::new(algorithm, 0);
-        let decision = fresh.decide(algorithm, now, cost, false);
-        if !commit || !decision.is_admitted() {
-            return decision;
-        }
-        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        let cell = map
-            .entry(key.clone())
-            .or_insert_with(|| Cell::new(algorithm, 0));
-        cell.decide(algorithm, now, cost, true)
     }
 
-    /// Drop every key whose state is indistinguishable from a fresh key's (a full bucket, expired
-    /// windows, an empty log): no later decision changes. Returns how many were dropped.
-    pub fn forget_fresh(&self) -> usize {
-        let algorithm = &self.policy.algorithm;
+    /// Forget `key`: its next request is decided as a fresh key's. Returns whether it was present.
+    pub fn reset(&self, key: &K) -> bool {
+        let hash = self.hasher.hash_one(key);
+        match &self.backend {
+            Backend::Words(table) => table.remove(table.place(hash)),
+            Backend::Logs(table) => table.remove(hash),
+        }
+    }
+
+    /// Drop every key whose state is indistinguishable from a fresh key's now (no later decision
+    /// changes); returns how many. The table also does this by itself whenever a new key needs
+    /// one of their slots.
+    pub fn forget_fresh(&self) -> u64 {
         let now = self.clock.now();
-        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        let before = map.len();
-        map.retain(|_, cell| !cell.is_fresh(algorithm, now));
-        before - map.len()
+        match &self.backend {
+            Backend::Words(table) => table.reclaim_fresh(&self.registry, now),
+            Backend::Logs(table) => table.reclaim_fresh(&self.registry, now),
+        }
     }
 
-    /// Forget `key`: its next request is decided as a fresh key's.
-    pub fn reset(&self, key: &K) {
-        self.map
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+    /// Replace the policy of every key without an override. Keys already present switch to it
+    /// fresh at their next decision (states of different policies do not convert).
+    ///
+    /// Fails if the policy's kind differs (a sliding log and the one-word algorithms do not share a
+    /// table) or if the limiter has seen 255 distinct policies in its life.
+    pub fn set_policy(&self, policy: &Policy) -> Result<(), PolicyError> {
+        self.registry.set_default(policy)
     }
 
-    /// Number of keys holding state.
-    pub fn len(&self) -> usize {
-        self.map.read().unwrap_or_else(|p| p.into_inner()).len()
+    /// Give `key` its own policy (a premium API key, an internal service). The key starts fresh
+    /// under it.
+    pub fn set_override(&self, key: &K, policy: &Policy) -> Result<(), PolicyError> {
+        let hash = self.hasher.hash_one(key);
+        self.registry.set_override(self.fingerprint(hash), Some(policy))?;
+        self.rehome(hash);
+        Ok(())
     }
 
-    /// `true` if no key holds state.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Return `key` to the limiter's policy (fresh).
+    pub fn clear_override(&self, key: &K) {
+        let hash = self.hasher.hash_one(key);
+        // Clearing cannot fail: it registers nothing.
+        let _ = self.registry.set_override(self.fingerprint(hash), None);
+        self.rehome(hash);
     }
 
-    /// The policy this limiter enforces.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    fn fingerprint(&self, hash: u64) -> u64 {
+        match &self.backend {
+            Backend::Words(table) => table.fingerprint(hash),
+            Backend::Logs(_) => hash,
+        }
+    }
+
+    fn rehome(&self, hash: u64) {
+        let now = self.clock.now();
+        match &self.backend {
+            Backend::Words(table) => table.migrate(&self.registry, table.place(hash), now),
+            Backend::Logs(table) => table.migrate(&self.registry, hash),
+        }
+    }
+
+    /// The policy of keys without an override.
+    pub fn policy(&self) -> Policy {
+        self.registry.default_policy().clone()
+    }
+
+    /// Keys the table can hold (the configured capacity rounded up to whole buckets).
+    pub fn capacity(&self) -> u64 {
+        match &self.backend {
+            Backend::Words(table) => table.capacity(),
+            Backend::Logs(table) => table.capacity(),
+        }
+    }
+
+    /// Bytes of per-key storage allocated up front: 16 bytes a key for the one-word algorithms
+    /// (plus a fixed overhead of a few KiB). The sliding log's logs grow with use, up to the limit
+    /// of entries per key, and are not counted.
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.backend {
+            Backend::Words(table) => table.slot_bytes(),
+            Backend::Logs(_) => 0,
+        }
+    }
+
+    /// The counters. Cheap to update: table counters are per shard and written only under the
+    /// shard's insert lock; admitted/rejected are per-thread cells.
+    pub fn metrics(&self) -> Metrics {
+        let stats = match &self.backend {
+            Backend::Words(table) => table.stats(),
+            Backend::Logs(table) => table.stats(),
+        };
+        let (admitted, rejected) = self.counts.sum();
+        Metrics {
+            keys: stats.len,
+            capacity: self.capacity(),
+            reclaims: stats.reclaims,
+            evictions: stats.evictions,
+            refused: stats.refused,
+            admitted,
+            rejected,
+        }
     }
 
     /// The clock.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+/// The policies of one keyed limiter: an append-only array (a key's slot stores an index into it),
+/// the default index, and the overrides by fingerprint.
+///
+/// Indices are never reused: a key stored under a retired index is moved to its current policy at
+/// its next decision, and reusing the index could make it read another policy's state.
+pub(crate) struct Registry {
+    entries: Box<[OnceLock<Entry>]>,
+    default: AtomicU8,
+    has_overrides: AtomicBool,
+    admin: StdMutex<Admin>,
+}
+
+struct Entry {
+    policy: Policy,
+    retired: AtomicBool,
+}
+
+struct Admin {
+    next: usize,
+    overrides: HashMap<u64, u8>,
+    log_kind: bool,
+}
+
+fn is_log(policy: &Policy) -> bool {
+    matches!(policy.algorithm, Algorithm::Log(_))
+}
+
+impl Registry {
+    fn new(policy: &Policy) -> Self {
+        let entries: Box<[OnceLock<Entry>]> = (0..MAX_POLICIES).map(|_| OnceLock::new()).collect();
+        let _ = entries[0].set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
+        Registry {
+            entries,
+            default: AtomicU8::new(0),
+            has_overrides: AtomicBool::new(false),
+            admin: StdMutex::new(Admin {
+                next: 1,
+                overrides: HashMap::new(),
+                log_kind: is_log(policy),
+            }),
+        }
+    }
+
+    fn admin(&self) -> std::sync::MutexGuard<'_, Admin> {
+        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entry(&self, idx: u8) -> &Entry {
+        self.entries[usize::from(idx)].get().expect("registered policy index")
+    }
+
+    fn default_policy(&self) -> &Policy {
+        &self.entry(self.default.load(Ordering::Acquire)).policy
+    }
+
+    /// The index of `policy`, registering it (or reviving a retired equal one) if needed.
+    fn register(&self, admin: &mut Admin, policy: &Policy) -> Result<u8, PolicyError> {
+        if is_log(policy) != admin.log_kind {
+            return Err(PolicyError::new(
+                policy.to_string(),
+                "a policy of the same kind as the limiter's (a sliding log cannot replace a \
+                 one-word algorithm in a keyed limiter, nor the reverse)",
+            ));
+        }
+        for idx in 0..admin.next {
+            let entry = self.entries[idx].get().expect("registered");
+            if entry.policy == *policy && !entry.retired.load(Ordering::Relaxed) {
+                return Ok(idx as u8);
+            }
+        }
+        if admin.next == MAX_POLICIES {
+            return Err(PolicyError::new(
+                policy.to_string(),
+                "at most 255 distinct policies over a keyed limiter's life; build a new limiter",
+            ));
+        }
+        let idx = admin.next;
+        admin.next += 1;
+        let _ = self.entries[idx]
+            .set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
+        Ok(idx as u8)
+    }
+
+    /// Retire `idx` if neither the default nor an override uses it.
+    fn retire_unused(&self, admin: &Admin, idx: u8) {
+        if idx != self.default.load(Ordering::Relaxed)
+            && !admin.overrides.values().any(|&i| i == idx)
+        {
+            self.entry(idx).retired.store(true, Ordering::Release);
+        }
+    }
+
+    fn set_default(&self, policy: &Policy) -> Result<(), PolicyError> {
+        let mut admin = self.admin();
+        let idx = self.register(&mut admin, policy)?;
+        let old = self.default.swap(idx, Ordering::AcqRel);
+        self.retire_unused(&admin, old);
+        Ok(())
+    }
+
+    fn set_override(&self, fp: u64, policy: Option<&Policy>) -> Result<(), PolicyError> {
+        let mut admin = self.admin();
+        let old = match policy {
+            Some(policy) => {
+                let idx = self.register(&mut admin, policy)?;
+                admin.overrides.insert(fp, idx)
+            }
+            None => admin.overrides.remove(&fp),
+        };
+        self.has_overrides.store(!admin.overrides.is_empty(), Ordering::Release);
+        if let Some(old) = old {
+            self.retire_unused(&admin, old);
+        }
+        Ok(())
+    }
+}
+
+impl Policies for Registry {
+    #[inline]
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        let entry = self.entries.get(usize::from(idx))?.get()?;
+        // Relaxed suffices: a stale `false` decides once more under the policy the key was
+        // stored with, as if the change had come a moment later.
+        (!entry.retired.load(Ordering::Relaxed)).then_some(&entry.policy.algorithm)
+    }
+
+    fn resolve(&self, fp: u64) -> u8 {
+        if self.has_overrides.load(Ordering::Acquire) {
+            if let Some(&idx) = self.admin().overrides.get(&fp) {
+                return idx;
+            }
+        }
+        self.default.load(Ordering::Acquire)
+    }
+}
+
+/// Admitted/rejected counters striped by thread, so that threads write different cache lines.
+struct Stripes {
+    cells: Box<[CachePadded<[StdAtomicU64; 2]>]>,
+}
+
+const STRIPES: usize = 32;
+
+fn stripe() -> usize {
+    static NEXT: StdAtomicU64 = StdAtomicU64::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES;
+    }
+    STRIPE.with(|s| *s)
+}
+
+impl Stripes {
+    fn new() -> Self {
+        Stripes { cells: (0..STRIPES).map(|_| CachePadded::new(Default::default())).collect() }
+    }
+
+    #[inline]
+    fn record(&self, admitted: bool) {
+        self.cells[stripe()][usize::from(!admitted)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sum(&self) -> (u64, u64) {
+        self.cells.iter().fold((0, 0), |(a, r), c| {
+            (a + c[0].load(Ordering::Relaxed), r + c[1].load(Ordering::Relaxed))
+        })
     }
 }

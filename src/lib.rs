@@ -74,12 +74,15 @@ mod decision;
 mod headers;
 mod keyed;
 mod limiter;
+mod log_table;
 mod policy;
 mod state;
 mod sync;
+mod table;
 
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 pub use decision::{Decision, Outcome};
-pub use keyed::KeyedLimiter;
+pub use keyed::{KeyedLimiter, Metrics};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};
+pub use table::OnFull;

@@ -11,13 +11,13 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 
 /// Where one key's state lives: a word for every algorithm but the sliding log.
 #[derive(Debug)]
-pub(crate) enum Cell {
+enum Cell {
     Word(AtomicU64),
     Log(Mutex<Log>),
 }
 
 impl Cell {
-    pub(crate) fn new(algorithm: &Algorithm, word: u64) -> Self {
+    fn new(algorithm: &Algorithm, word: u64) -> Self {
         match algorithm {
             Algorithm::Log(_) => Cell::Log(Mutex::new(Log::default())),
             _ => Cell::Word(AtomicU64::new(word)),
@@ -40,15 +40,7 @@ impl Cell {
         }
     }
 
-    pub(crate) fn is_fresh(&self, algorithm: &Algorithm, now: u64) -> bool {
-        match (self, algorithm) {
-            (Cell::Word(word), _) => algorithm.is_fresh(word.load(Ordering::Relaxed), now),
-            (Cell::Log(log), Algorithm::Log(a)) => a.is_fresh(&lock(log), now),
-            (Cell::Log(_), _) => unreachable!("a log cell belongs to a sliding-log policy"),
-        }
-    }
-
-    pub(crate) fn reset(&self) {
+    fn reset(&self) {
         match self {
             Cell::Word(word) => word.store(0, Ordering::Relaxed),
             Cell::Log(log) => *lock(log) = Log::default(),
@@ -58,7 +50,7 @@ impl Cell {
 
 /// Lock a key's log; a panic while holding it cannot leave a log half-updated in a way that breaks
 /// the limiter's invariants (every mutation keeps `total` equal to the sum), so poisoning is ignored.
-pub(crate) fn lock(log: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
+fn lock(log: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
     log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -104,11 +96,7 @@ impl<C: Clock> Limiter<C> {
     /// A limiter reading time from `clock`.
     pub fn with_clock(policy: &Policy, clock: C) -> Self {
         let cell = CachePadded::new(Cell::new(&policy.algorithm, 0));
-        Limiter {
-            policy: policy.clone(),
-            cell,
-            clock,
-        }
+        Limiter { policy: policy.clone(), cell, clock }
     }
 
     /// Decide a request of cost 1 and take it if admitted.
@@ -120,15 +108,13 @@ impl<C: Clock> Limiter<C> {
     /// Decide a request of `cost` and take it if admitted. `cost` 0 is treated as 1.
     #[inline]
     pub fn check_n(&self, cost: u32) -> Decision {
-        self.cell
-            .decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
+        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
     }
 
     /// Decide a request of `cost` without taking anything.
     #[inline]
     pub fn peek_n(&self, cost: u32) -> Decision {
-        self.cell
-            .decide(&self.policy.algorithm, self.clock.now(), cost.max(1), false)
+        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), false)
     }
 
     /// Forget everything: the key is fresh again (a full bucket, an empty window).

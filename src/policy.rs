@@ -48,34 +48,12 @@ impl Eq for Policy {}
 /// The parameters as written (the canonical form prints them back).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Spec {
-    TokenBucket {
-        capacity: u32,
-        rate: Rate,
-    },
-    Discrete {
-        capacity: u32,
-        refill: u32,
-        every: u64,
-    },
-    Leaky {
-        rate: Rate,
-        burst: u32,
-        delay: Option<u32>,
-        nginx: bool,
-    },
-    Fixed {
-        limit: u32,
-        window: u64,
-        align: Align,
-    },
-    Sliding {
-        limit: u32,
-        window: u64,
-    },
-    Log {
-        limit: u32,
-        window: u64,
-    },
+    TokenBucket { capacity: u32, rate: Rate },
+    Discrete { capacity: u32, refill: u32, every: u64 },
+    Leaky { rate: Rate, burst: u32, delay: Option<u32>, nginx: bool },
+    Fixed { limit: u32, window: u64, align: Align },
+    Sliding { limit: u32, window: u64 },
+    Log { limit: u32, window: u64 },
 }
 
 /// `count` per `period` ns, exactly; `nginx` remembers the `r/s` spelling for display.
@@ -95,11 +73,8 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
-    fn new(token: impl Into<String>, expected: impl Into<String>) -> Self {
-        PolicyError {
-            token: token.into(),
-            expected: expected.into(),
-        }
+    pub(crate) fn new(token: impl Into<String>, expected: impl Into<String>) -> Self {
+        PolicyError { token: token.into(), expected: expected.into() }
     }
 
     /// The token at fault, as written (empty for an empty policy).
@@ -118,11 +93,7 @@ impl fmt::Display for PolicyError {
         if self.token.is_empty() {
             write!(f, "empty policy: expected {}", self.expected)
         } else {
-            write!(
-                f,
-                "invalid policy at `{}`: expected {}",
-                self.token, self.expected
-            )
+            write!(f, "invalid policy at `{}`: expected {}", self.token, self.expected)
         }
     }
 }
@@ -148,9 +119,7 @@ struct Params<'a> {
 impl<'a> Params<'a> {
     fn parse(s: &'a str) -> Result<Self, PolicyError> {
         let mut tokens = s.split_whitespace();
-        let algorithm = tokens
-            .next()
-            .ok_or_else(|| PolicyError::new("", ALGORITHMS))?;
+        let algorithm = tokens.next().ok_or_else(|| PolicyError::new("", ALGORITHMS))?;
         let mut pairs: Vec<(&str, &str, &str)> = Vec::new();
         let mut flags = Vec::new();
         for token in tokens {
@@ -172,11 +141,7 @@ impl<'a> Params<'a> {
                 }
             }
         }
-        Ok(Params {
-            algorithm,
-            pairs,
-            flags,
-        })
+        Ok(Params { algorithm, pairs, flags })
     }
 
     /// Reject every key and flag not in the lists.
@@ -201,10 +166,7 @@ impl<'a> Params<'a> {
     }
 
     fn get(&self, key: &str) -> Option<(&'a str, &'a str)> {
-        self.pairs
-            .iter()
-            .find(|&&(k, _, _)| k == key)
-            .map(|&(_, v, t)| (v, t))
+        self.pairs.iter().find(|&&(k, _, _)| k == key).map(|&(_, v, t)| (v, t))
     }
 
     fn has_flag(&self, flag: &str) -> bool {
@@ -228,9 +190,7 @@ impl<'a> Params<'a> {
         key: &str,
         parse: impl Fn(&str, &str) -> Result<T, PolicyError>,
     ) -> Result<Option<T>, PolicyError> {
-        self.get(key)
-            .map(|(value, token)| parse(value, token))
-            .transpose()
+        self.get(key).map(|(value, token)| parse(value, token)).transpose()
     }
 
     /// The token of `key=` (for errors found after parsing), or the algorithm name.
@@ -240,10 +200,7 @@ impl<'a> Params<'a> {
 }
 
 fn list(keys: &[&str], suffix: &str) -> String {
-    keys.iter()
-        .map(|k| format!("{k}{suffix}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    keys.iter().map(|k| format!("{k}{suffix}")).collect::<Vec<_>>().join(", ")
 }
 
 fn count(value: &str, token: &str) -> Result<u32, PolicyError> {
@@ -279,10 +236,7 @@ const UNITS: [(&str, u64); 7] = [
 ];
 
 fn unit(s: &str) -> Option<u64> {
-    UNITS
-        .iter()
-        .find(|&&(name, _)| name == s)
-        .map(|&(_, ns)| ns)
+    UNITS.iter().find(|&&(name, _)| name == s).map(|&(_, ns)| ns)
 }
 
 /// `<integer><unit>` in ns, above zero and at most 2^63-1.
@@ -320,11 +274,7 @@ fn rate(value: &str, token: &str) -> Result<Rate, PolicyError> {
             _ => duration_ns(per).ok_or_else(bad)?,
         }
     };
-    Ok(Rate {
-        count,
-        period,
-        nginx,
-    })
+    Ok(Rate { count, period, nginx })
 }
 
 fn align(value: &str, token: &str) -> Result<Align, PolicyError> {
@@ -346,11 +296,8 @@ struct DisplayNs(u64);
 
 impl fmt::Display for DisplayNs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let &(name, ns) = UNITS
-            .iter()
-            .rev()
-            .find(|&&(_, ns)| self.0 % ns == 0)
-            .unwrap_or(&UNITS[0]);
+        let &(name, ns) =
+            UNITS.iter().rev().find(|&&(_, ns)| self.0 % ns == 0).unwrap_or(&UNITS[0]);
         write!(f, "{}{}", self.0 / ns, name)
     }
 }
@@ -358,11 +305,7 @@ impl fmt::Display for DisplayNs {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.nginx {
-            let per = if self.period == 1_000_000_000 {
-                "s"
-            } else {
-                "m"
-            };
+            let per = if self.period == 1_000_000_000 { "s" } else { "m" };
             return write!(f, "{}r/{per}", self.count);
         }
         match UNITS[3..].iter().find(|&&(_, ns)| ns == self.period) {
@@ -378,23 +321,14 @@ impl fmt::Display for Policy {
             Spec::TokenBucket { capacity, rate } => {
                 write!(f, "token-bucket capacity={capacity} rate={rate}")
             }
-            Spec::Discrete {
-                capacity,
-                refill,
-                every,
-            } => {
+            Spec::Discrete { capacity, refill, every } => {
                 write!(
                     f,
                     "token-bucket capacity={capacity} refill={refill} every={}",
                     DisplayNs(*every)
                 )
             }
-            Spec::Leaky {
-                rate,
-                burst,
-                delay,
-                nginx,
-            } => {
+            Spec::Leaky { rate, burst, delay, nginx } => {
                 write!(f, "leaky-bucket rate={rate} burst={burst}")?;
                 match delay {
                     None => f.write_str(" nodelay")?,
@@ -406,27 +340,15 @@ impl fmt::Display for Policy {
                 }
                 Ok(())
             }
-            Spec::Fixed {
-                limit,
-                window,
-                align,
-            } => {
-                write!(
-                    f,
-                    "fixed-window limit={limit} window={}",
-                    DisplayNs(*window)
-                )?;
+            Spec::Fixed { limit, window, align } => {
+                write!(f, "fixed-window limit={limit} window={}", DisplayNs(*window))?;
                 if *align == Align::First {
                     f.write_str(" align=first")?;
                 }
                 Ok(())
             }
             Spec::Sliding { limit, window } => {
-                write!(
-                    f,
-                    "sliding-window limit={limit} window={}",
-                    DisplayNs(*window)
-                )
+                write!(f, "sliding-window limit={limit} window={}", DisplayNs(*window))
             }
             Spec::Log { limit, window } => {
                 write!(f, "sliding-log limit={limit} window={}", DisplayNs(*window))
@@ -445,21 +367,17 @@ impl FromStr for Policy {
                 p.only(&["capacity", "rate", "refill", "every"], &[])?;
                 let capacity = p.required("capacity", count, "count")?;
                 match (p.get("rate"), p.get("refill"), p.get("every")) {
-                    (Some((value, token)), None, None) => Spec::TokenBucket {
-                        capacity,
-                        rate: rate(value, token)?,
-                    },
+                    (Some((value, token)), None, None) => {
+                        Spec::TokenBucket { capacity, rate: rate(value, token)? }
+                    }
                     (None, Some(_), Some(_)) => Spec::Discrete {
                         capacity,
                         refill: p.required("refill", count, "count")?,
                         every: p.required("every", duration, "duration")?,
                     },
                     (Some(_), _, _) => {
-                        let token = p.token_of(if p.get("refill").is_some() {
-                            "refill"
-                        } else {
-                            "every"
-                        });
+                        let token =
+                            p.token_of(if p.get("refill").is_some() { "refill" } else { "every" });
                         return Err(PolicyError::new(
                             token,
                             "either rate= (continuous refill) or refill= and every= (discrete \
@@ -493,18 +411,9 @@ impl FromStr for Policy {
                         "either nodelay or delay=<count>, not both",
                     ));
                 }
-                let delay = if nodelay {
-                    None
-                } else {
-                    Some(delay.unwrap_or(0))
-                };
+                let delay = if nodelay { None } else { Some(delay.unwrap_or(0)) };
                 let nginx = p.optional("compat", compat)?.unwrap_or(false);
-                Spec::Leaky {
-                    rate,
-                    burst,
-                    delay,
-                    nginx,
-                }
+                Spec::Leaky { rate, burst, delay, nginx }
             }
             "fixed-window" => {
                 p.only(&["limit", "window", "align"], &[])?;
@@ -541,38 +450,16 @@ fn compile(spec: &Spec) -> Result<Algorithm, Invalid> {
         Spec::TokenBucket { capacity, rate } => {
             Algorithm::Gcra(Gcra::new(capacity, u64::from(rate.count), rate.period)?)
         }
-        Spec::Discrete {
-            capacity,
-            refill,
-            every,
-        } => Algorithm::Discrete(Discrete::new(capacity, refill, every)?),
-        Spec::Leaky {
-            rate,
-            burst,
-            delay,
-            nginx: false,
-        } => Algorithm::Leaky(Leaky::new(
-            u64::from(rate.count),
-            rate.period,
-            burst,
-            delay,
-        )?),
-        Spec::Leaky {
-            rate,
-            burst,
-            delay,
-            nginx: true,
-        } => Algorithm::Nginx(Nginx::new(
-            u64::from(rate.count),
-            rate.period,
-            burst,
-            delay,
-        )?),
-        Spec::Fixed {
-            limit,
-            window,
-            align,
-        } => Algorithm::Fixed(Fixed::new(limit, window, align)?),
+        Spec::Discrete { capacity, refill, every } => {
+            Algorithm::Discrete(Discrete::new(capacity, refill, every)?)
+        }
+        Spec::Leaky { rate, burst, delay, nginx: false } => {
+            Algorithm::Leaky(Leaky::new(u64::from(rate.count), rate.period, burst, delay)?)
+        }
+        Spec::Leaky { rate, burst, delay, nginx: true } => {
+            Algorithm::Nginx(Nginx::new(u64::from(rate.count), rate.period, burst, delay)?)
+        }
+        Spec::Fixed { limit, window, align } => Algorithm::Fixed(Fixed::new(limit, window, align)?),
         Spec::Sliding { limit, window } => Algorithm::Sliding(Sliding::new(limit, window)?),
         Spec::Log { limit, window } => Algorithm::Log(SlidingLog::new(limit, window)?),
     })
@@ -603,11 +490,7 @@ impl Policy {
         match self.spec {
             Spec::TokenBucket { capacity, rate } => refill(u64::from(capacity), rate),
             Spec::Leaky { rate, burst, .. } => refill(u64::from(burst) + 1, rate),
-            Spec::Discrete {
-                capacity,
-                refill,
-                every,
-            } => {
+            Spec::Discrete { capacity, refill, every } => {
                 let ns = u128::from(capacity.div_ceil(refill)) * u128::from(every);
                 u64::try_from(ns).unwrap_or(u64::MAX)
             }
@@ -636,23 +519,14 @@ mod tests {
     #[test]
     fn canonical_display_round_trips() {
         for (input, canonical) in [
-            (
-                "token-bucket capacity=10 rate=5/s",
-                "token-bucket capacity=10 rate=5/s",
-            ),
-            (
-                "gcra rate=5/1s burst=10",
-                "token-bucket capacity=10 rate=5/s",
-            ),
+            ("token-bucket capacity=10 rate=5/s", "token-bucket capacity=10 rate=5/s"),
+            ("gcra rate=5/1s burst=10", "token-bucket capacity=10 rate=5/s"),
             (
                 "token-bucket every=1000ms refill=2 capacity=4",
                 "token-bucket capacity=4 refill=2 every=1s",
             ),
             ("leaky-bucket rate=10r/s", "leaky-bucket rate=10r/s burst=0"),
-            (
-                "leaky-bucket rate=30r/m burst=5 nodelay",
-                "leaky-bucket rate=30r/m burst=5 nodelay",
-            ),
+            ("leaky-bucket rate=30r/m burst=5 nodelay", "leaky-bucket rate=30r/m burst=5 nodelay"),
             (
                 "leaky-bucket rate=3/250ms burst=5 delay=2 compat=nginx",
                 "leaky-bucket rate=3/250ms burst=5 delay=2 compat=nginx",
@@ -661,18 +535,9 @@ mod tests {
                 "fixed-window limit=3 window=60s align=first",
                 "fixed-window limit=3 window=1m align=first",
             ),
-            (
-                "fixed-window limit=3 window=90s align=clock",
-                "fixed-window limit=3 window=90s",
-            ),
-            (
-                "sliding-window limit=100 window=1500ms",
-                "sliding-window limit=100 window=1500ms",
-            ),
-            (
-                "sliding-log limit=100 window=24h",
-                "sliding-log limit=100 window=1d",
-            ),
+            ("fixed-window limit=3 window=90s align=clock", "fixed-window limit=3 window=90s"),
+            ("sliding-window limit=100 window=1500ms", "sliding-window limit=100 window=1500ms"),
+            ("sliding-log limit=100 window=24h", "sliding-log limit=100 window=1d"),
         ] {
             let p: Policy = input.parse().unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(p.to_string(), canonical);

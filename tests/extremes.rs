@@ -32,10 +32,7 @@ const CENTURY_POLICIES: &[&str] = &[
 fn after_a_hundred_years_a_key_is_fresh() {
     for &text in CENTURY_POLICIES {
         let policy: Policy = text.parse().unwrap();
-        assert!(
-            policy.idle_horizon_ns() > u128::from(100 * YEAR),
-            "{text}: horizon"
-        );
+        assert!(policy.idle_horizon_ns() > u128::from(100 * YEAR), "{text}: horizon");
         for start in [0, 12_345, 5 * YEAR] {
             let (old, clock) = limiter(text, start);
             while old.check().is_admitted() {}
@@ -82,12 +79,7 @@ fn gaps(horizon: u128) -> impl Iterator<Item = u64> {
     let h = horizon.min(u128::from(u64::MAX)) as u64;
     let around = (1..64u64).flat_map(move |k| {
         let base = h.saturating_mul(k);
-        [
-            base.saturating_sub(S),
-            base,
-            base.saturating_add(1),
-            base.saturating_add(50 * S),
-        ]
+        [base.saturating_sub(S), base, base.saturating_add(1), base.saturating_add(50 * S)]
     });
     let spread = (0..400u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1);
     around.chain(spread)
@@ -98,39 +90,21 @@ fn beyond_the_idle_horizon_decisions_are_only_stricter() {
     let text = "leaky-bucket rate=2r/s burst=3 nodelay compat=nginx";
     let horizon = text.parse::<Policy>().unwrap().idle_horizon_ns();
     assert!(horizon < u128::from(YEAR), "198 days");
-    only_stricter(
-        text,
-        common::Nginx::new(2, S.into(), 3, None),
-        gaps(horizon),
-    );
+    only_stricter(text, common::Nginx::new(2, S.into(), 3, None), gaps(horizon));
 
     let text = "token-bucket capacity=5 rate=997/s";
     let horizon = text.parse::<Policy>().unwrap().idle_horizon_ns();
-    let model = common::Gcra {
-        capacity: 5,
-        count: 997,
-        period: S.into(),
-        tat: None,
-    };
+    let model = common::Gcra { capacity: 5, count: 997, period: S.into(), tat: None };
     only_stricter(text, model, gaps(horizon));
 
     let text = "fixed-window limit=1000 window=1s align=first";
     let horizon = text.parse::<Policy>().unwrap().idle_horizon_ns();
-    let model = common::Fixed {
-        limit: 1000,
-        window: S.into(),
-        first: true,
-        state: None,
-    };
+    let model = common::Fixed { limit: 1000, window: S.into(), first: true, state: None };
     only_stricter(text, model, gaps(horizon));
 
     let text = "sliding-window limit=1000 window=1us";
     let horizon = text.parse::<Policy>().unwrap().idle_horizon_ns();
-    let model = common::Sliding {
-        limit: 1000,
-        window: 1000,
-        state: (0, 0, 0),
-    };
+    let model = common::Sliding { limit: 1000, window: 1000, state: (0, 0, 0) };
     only_stricter(text, model, gaps(horizon));
 }
 
@@ -139,10 +113,7 @@ fn a_billion_per_second_with_a_bucket_of_two_to_the_thirty_two() {
     let (lim, clock) = limiter("token-bucket capacity=4294967295 rate=1000000000/s", 0);
     let d = lim.check_n(u32::MAX);
     assert!(d.is_admitted());
-    assert_eq!(
-        (d.remaining(), d.reset_after_ns()),
-        (0, u64::from(u32::MAX))
-    );
+    assert_eq!((d.remaining(), d.reset_after_ns()), (0, u64::from(u32::MAX)));
     assert_eq!(lim.check().retry_after_ns(), Some(1));
     clock.set(u64::from(u32::MAX));
     assert!(lim.check_n(u32::MAX).is_admitted());
@@ -179,11 +150,7 @@ fn costs_of_u32_max_are_impossible_and_change_nothing() {
         assert_eq!(d.retry_after_ns(), None, "{text}");
         assert_eq!(d.retry_after_header(), None, "{text}");
         let (fresh, _) = limiter(text, 1_000);
-        assert_eq!(
-            lim.check(),
-            fresh.check(),
-            "{text}: the impossible request changed state"
-        );
+        assert_eq!(lim.check(), fresh.check(), "{text}: the impossible request changed state");
     }
 }
 

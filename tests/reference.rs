@@ -18,14 +18,7 @@ const H: u64 = 60 * M;
 const D: u64 = 24 * H;
 
 fn duration_text(ns: u64) -> String {
-    for (unit, size) in [
-        ("d", D),
-        ("h", H),
-        ("m", M),
-        ("s", S),
-        ("ms", MS),
-        ("us", US),
-    ] {
+    for (unit, size) in [("d", D), ("h", H), ("m", M), ("s", S), ("ms", MS), ("us", US)] {
         if ns % size == 0 {
             return format!("{}{unit}", ns / size);
         }
@@ -132,10 +125,7 @@ fn start() -> impl Strategy<Value = u64> {
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 400,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases: 400, ..ProptestConfig::default() }
 }
 
 proptest! {

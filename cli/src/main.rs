@@ -30,11 +30,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // Usage errors are bad input too: exit 2 (help and version exit 0).
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
     let result = match cli.command {

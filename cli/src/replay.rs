@@ -17,9 +17,17 @@ pub(crate) struct Args {
     /// Print admitted/rejected per key and in total instead of one line per request.
     #[arg(long)]
     summary: bool,
+    /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front). Beyond it,
+    /// keys whose state is back to fresh are reclaimed without changing any decision; only if all
+    /// of a new key's candidate slots are live is one evicted.
+    #[arg(long, default_value_t = DEFAULT_CAPACITY)]
+    capacity: usize,
     /// The trace; standard input if absent.
     file: Option<PathBuf>,
 }
+
+/// 2^20 keys: 16 MiB of table.
+const DEFAULT_CAPACITY: usize = 1 << 20;
 
 /// Progress on stderr for traces above this size, when stderr is a terminal.
 const PROGRESS_BYTES: u64 = 16 << 20;
@@ -38,13 +46,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let progress = size.filter(|&s| s >= PROGRESS_BYTES && io::stderr().is_terminal());
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    let result = replay(
-        &policy,
-        BufReader::with_capacity(1 << 16, input),
-        &mut out,
-        args.summary,
-        progress,
-    );
+    let limiter = KeyedLimiter::<[u8], _>::with_clock(&policy, args.capacity, ManualClock::new(0));
+    let input = BufReader::with_capacity(1 << 16, input);
+    let result = replay(&limiter, input, &mut out, args.summary, progress);
     // Whatever happened, what was written ends at a line boundary: flush it.
     let flushed = out.flush();
     match (result, flushed) {
@@ -62,17 +66,18 @@ struct KeyStats {
 }
 
 fn replay(
-    policy: &Policy,
+    limiter: &KeyedLimiter<[u8], ManualClock>,
     mut input: impl BufRead,
     out: &mut impl Write,
     summary: bool,
     progress: Option<u64>,
 ) -> Result<(), String> {
-    let clock = ManualClock::new(0);
-    let limiter = KeyedLimiter::<u32, _>::with_clock(policy, clock.clone());
-    let mut ids: HashMap<Vec<u8>, u32> = HashMap::new();
+    let clock = limiter.clock();
+    // Per-key counts only for --summary: the table keeps no keys, so a replay of millions of
+    // distinct keys stays within the table's memory.
+    let mut ids: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut stats: Vec<KeyStats> = Vec::new();
-    let delays = policy.delays();
+    let delays = limiter.policy().delays();
     let mut line = Vec::with_capacity(128);
     let mut previous = 0;
     let mut number = 0u64;
@@ -87,9 +92,8 @@ fn replay(
     };
     loop {
         line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("cannot read trace: {e}"))?;
+        let n =
+            input.read_until(b'\n', &mut line).map_err(|e| format!("cannot read trace: {e}"))?;
         if n == 0 {
             break;
         }
@@ -102,34 +106,23 @@ fn replay(
             Err(e) => return Err(format!("line {number}: {e}")),
         };
         if request.t < previous {
-            let e = LineError::Decreasing {
-                t: request.t,
-                previous,
-            };
+            let e = LineError::Decreasing { t: request.t, previous };
             return Err(format!("line {number}: {e}"));
         }
         previous = request.t;
-        let id = match ids.get(request.key) {
-            Some(&id) => id,
-            None => {
-                let id =
-                    u32::try_from(stats.len()).map_err(|_| "more than 2^32 keys".to_string())?;
-                ids.insert(request.key.to_vec(), id);
-                stats.push(KeyStats {
-                    name: request.key.to_vec(),
-                    admitted: 0,
-                    rejected: 0,
-                });
-                id
-            }
-        };
         clock.set(request.t);
-        let decision = limiter.check_n(&id, request.cost);
-        let entry = &mut stats[id as usize];
-        if decision.is_admitted() {
-            entry.admitted += 1;
-        } else {
-            entry.rejected += 1;
+        let decision = limiter.check_n(request.key, request.cost);
+        if summary {
+            let id = *ids.entry(request.key.to_vec()).or_insert_with(|| {
+                stats.push(KeyStats { name: request.key.to_vec(), admitted: 0, rejected: 0 });
+                stats.len() - 1
+            });
+            let entry = &mut stats[id];
+            if decision.is_admitted() {
+                entry.admitted += 1;
+            } else {
+                entry.rejected += 1;
+            }
         }
         if !summary {
             let written = match (decision.is_admitted(), delays) {

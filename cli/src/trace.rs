@@ -27,23 +27,14 @@ impl fmt::Display for LineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LineError::Time(s) => {
-                write!(
-                    f,
-                    "bad timestamp `{s}`: expected an integer from 0 to 2^63-1 (ns)"
-                )
+                write!(f, "bad timestamp `{s}`: expected an integer from 0 to 2^63-1 (ns)")
             }
             LineError::Key(s) if s.is_empty() => f.write_str("empty key"),
             LineError::Key(s) => {
-                write!(
-                    f,
-                    "bad key `{s}`: expected characters from A-Z a-z 0-9 _ . : -"
-                )
+                write!(f, "bad key `{s}`: expected characters from A-Z a-z 0-9 _ . : -")
             }
             LineError::Cost(s) => {
-                write!(
-                    f,
-                    "bad cost `{s}`: expected an integer from 1 to 4294967295"
-                )
+                write!(f, "bad cost `{s}`: expected an integer from 1 to 4294967295")
             }
             LineError::Fields(n) => write!(
                 f,
@@ -52,10 +43,7 @@ impl fmt::Display for LineError {
                 if *n == 1 { "" } else { "s" }
             ),
             LineError::Decreasing { t, previous } => {
-                write!(
-                    f,
-                    "timestamp {t} is earlier than the previous line's {previous}"
-                )
+                write!(f, "timestamp {t} is earlier than the previous line's {previous}")
             }
         }
     }
@@ -74,9 +62,7 @@ fn integer(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    bytes.iter().try_fold(0u64, |n, &b| {
-        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
-    })
+    bytes.iter().try_fold(0u64, |n, &b| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
 }
 
 fn key_byte(b: u8) -> bool {
@@ -115,27 +101,15 @@ mod tests {
 
     #[test]
     fn lines() {
-        let r = |t, key: &'static str, cost| {
-            Ok(Some(Request {
-                t,
-                key: key.as_bytes(),
-                cost,
-            }))
-        };
+        let r = |t, key: &'static str, cost| Ok(Some(Request { t, key: key.as_bytes(), cost }));
         assert_eq!(parse_line(b"5,a"), r(5, "a", 1));
         assert_eq!(parse_line(b"5,a,"), r(5, "a", 1));
         assert_eq!(parse_line(b"5,a:b-c.d_e,7\r"), r(5, "a:b-c.d_e", 7));
         assert_eq!(parse_line(b""), Ok(None));
         assert_eq!(parse_line(b"\r"), Ok(None));
         assert!(matches!(parse_line(b"5,a,0"), Err(LineError::Cost(_))));
-        assert!(matches!(
-            parse_line(b"5,a,4294967296"),
-            Err(LineError::Cost(_))
-        ));
-        assert!(matches!(
-            parse_line(b"9223372036854775808,a"),
-            Err(LineError::Time(_))
-        ));
+        assert!(matches!(parse_line(b"5,a,4294967296"), Err(LineError::Cost(_))));
+        assert!(matches!(parse_line(b"9223372036854775808,a"), Err(LineError::Time(_))));
         assert!(matches!(parse_line(b"-1,a"), Err(LineError::Time(_))));
         assert!(matches!(parse_line(b"5,,1"), Err(LineError::Key(_))));
         assert!(matches!(parse_line(b"5, a"), Err(LineError::Key(_))));

@@ -27,11 +27,7 @@ fn replay(args: &[&str], trace: &str) -> (Option<i32>, String, String) {
 fn assert_clean_failure(code: Option<i32>, err: &str, context: &str) {
     assert_eq!(code, Some(2), "{context}: exit status; stderr: {err}");
     assert!(!err.contains("panicked"), "{context}: panicked: {err}");
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "{context}: one line of error: {err}"
-    );
+    assert_eq!(err.lines().count(), 1, "{context}: one line of error: {err}");
 }
 
 #[test]
@@ -47,48 +43,27 @@ fn malformed_policies() {
         ("sliding-window limit=10 window=0ms", "`window=0ms`"),
         ("leaky-bucket rate=0r/s", "`rate=0r/s`"),
         ("token-bucket capacity=10 rate=1/s color=red", "`color=red`"),
-        (
-            "token-bucket capacity=10 capacity=11 rate=1/s",
-            "`capacity=11`",
-        ),
+        ("token-bucket capacity=10 capacity=11 rate=1/s", "`capacity=11`"),
         ("token-bucket capacity= rate=1/s", "`capacity=`"),
-        (
-            "token-bucket capacity=99999999999999999999 rate=1/s",
-            "`capacity=99999999999999999999`",
-        ),
-        (
-            "token-bucket capacity=4294967296 rate=1/s",
-            "`capacity=4294967296`",
-        ),
+        ("token-bucket capacity=99999999999999999999 rate=1/s", "`capacity=99999999999999999999`"),
+        ("token-bucket capacity=4294967296 rate=1/s", "`capacity=4294967296`"),
         ("leaky-bucket rate=10r/s nodelay delay=2", "`delay=2`"),
         ("token-bucket rate=1/s", "capacity="),
         ("fixed-window limit=10", "window="),
         ("sliding-log window=1s", "limit="),
-        (
-            "token-bucket capacity=10 rate=1/s refill=1 every=1s",
-            "`refill=1`",
-        ),
+        ("token-bucket capacity=10 rate=1/s refill=1 every=1s", "`refill=1`"),
         ("token-bucket capacity=10 refill=1", "every="),
         ("token-bucket capacity=10 refill=0 every=1s", "`refill=0`"),
         ("fixed-window limit=10 window=10", "`window=10`"),
         ("fixed-window limit=10 window=1y", "`window=1y`"),
-        (
-            "fixed-window limit=10 window=1s align=middle",
-            "`align=middle`",
-        ),
+        ("fixed-window limit=10 window=1s align=middle", "`align=middle`"),
         ("leaky-bucket rate=10r/h", "`rate=10r/h`"),
         ("leaky-bucket rate=10r/s compat=apache", "`compat=apache`"),
         ("sliding-log limit=65537 window=1s", "`limit=65537`"),
         ("sliding-window limit=-5 window=1s", "`limit=-5`"),
         ("fixed-window limit=+5 window=1s", "`limit=+5`"),
-        (
-            "fixed-window limit=10 window=99999999999d",
-            "`window=99999999999d`",
-        ),
-        (
-            "fixed-window limit=10 window=9223372036854775808ns",
-            "`window=9223372036854775808ns`",
-        ),
+        ("fixed-window limit=10 window=99999999999d", "`window=99999999999d`"),
+        ("fixed-window limit=10 window=9223372036854775808ns", "`window=9223372036854775808ns`"),
         ("token-bucket capacity=10 rate=10", "`rate=10`"),
         ("token-bucket capacity=10 rate=/s", "`rate=/s`"),
         ("token-bucket capacity=10 rate=5/0ms", "`rate=5/0ms`"),
@@ -100,40 +75,19 @@ fn malformed_policies() {
         ("leaky-bucket rate=10r/s nodelay nodelay", "`nodelay`"),
         ("leaky-bucket rate=10r/s burst=3 burst=4", "`burst=4`"),
         // Absurd parameters the packed state cannot hold exactly: named, not overflowed.
-        (
-            "token-bucket capacity=4294967295 rate=1/d",
-            "`capacity=4294967295`",
-        ),
-        (
-            "token-bucket capacity=10 rate=4294967291/s",
-            "`rate=4294967291/s`",
-        ),
+        ("token-bucket capacity=4294967295 rate=1/d", "`capacity=4294967295`"),
+        ("token-bucket capacity=10 rate=4294967291/s", "`rate=4294967291/s`"),
         ("leaky-bucket rate=1/d burst=3 compat=nginx", "`rate=1/d`"),
-        (
-            "leaky-bucket rate=10r/s burst=1000000 compat=nginx",
-            "`burst=1000000`",
-        ),
-        (
-            "sliding-window limit=4294967295 window=1s",
-            "`limit=4294967295`",
-        ),
-        (
-            "fixed-window limit=200000 window=1s align=first",
-            "`limit=200000`",
-        ),
-        (
-            "token-bucket capacity=4294967295 refill=1 every=1us",
-            "`every=1us`",
-        ),
+        ("leaky-bucket rate=10r/s burst=1000000 compat=nginx", "`burst=1000000`"),
+        ("sliding-window limit=4294967295 window=1s", "`limit=4294967295`"),
+        ("fixed-window limit=200000 window=1s align=first", "`limit=200000`"),
+        ("token-bucket capacity=4294967295 refill=1 every=1us", "`every=1us`"),
     ];
     assert!(table.len() >= 30);
     for &(policy, token) in table {
         let (code, out, err) = replay(&["--policy", policy], "0,a\n");
         assert_clean_failure(code, &err, policy);
-        assert!(
-            err.contains(token),
-            "policy {policy:?}: message should name {token}: {err}"
-        );
+        assert!(err.contains(token), "policy {policy:?}: message should name {token}: {err}");
         assert!(
             err.contains("expected"),
             "policy {policy:?}: message should say what was expected: {err}"
@@ -175,24 +129,15 @@ fn malformed_trace_lines() {
             err.contains(&format!("line {line}:")),
             "{trace:?}: should name line {line}: {err}"
         );
-        assert!(
-            err.contains(fragment),
-            "{trace:?}: should say {fragment:?}: {err}"
-        );
+        assert!(err.contains(fragment), "{trace:?}: should say {fragment:?}: {err}");
         assert_eq!(out, before, "{trace:?}: only whole lines before the error");
     }
 }
 
 #[test]
 fn unreadable_inputs_and_bad_usage() {
-    let (code, _, err) = replay(
-        &[
-            "--policy",
-            "fixed-window limit=5 window=1s",
-            "/nonexistent/trace",
-        ],
-        "",
-    );
+    let (code, _, err) =
+        replay(&["--policy", "fixed-window limit=5 window=1s", "/nonexistent/trace"], "");
     assert_clean_failure(code, &err, "missing file");
     assert!(err.contains("/nonexistent/trace"));
     let (code, _, err) = replay(&["--policy", "fixed-window limit=5 window=1s", "/"], "");

@@ -15,12 +15,7 @@ fn replay(policy: &str, extra: &[&str], trace: &str) -> (i32, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run ratewell");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(trace.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(trace.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     (
         out.status.code().unwrap_or(-1),
@@ -233,11 +228,8 @@ fn sliding_log_closed_interval() {
 #[test]
 fn trace_format_details() {
     // Blank lines skipped, `\r` ignored, `t,key,` is cost 1, keys with every allowed character.
-    let (code, out, err) = replay(
-        "fixed-window limit=1 window=1s",
-        &[],
-        "0,a\r\n\n0,a,\r\n\r\n0,Az09_.:-,1\n",
-    );
+    let (code, out, err) =
+        replay("fixed-window limit=1 window=1s", &[], "0,a\r\n\n0,a,\r\n\r\n0,Az09_.:-,1\n");
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "1\n0\n1\n");
     // No trailing newline on the last line.
@@ -247,11 +239,8 @@ fn trace_format_details() {
 
 #[test]
 fn summary_counts_per_key_and_total() {
-    let (code, out, err) = replay(
-        "fixed-window limit=1 window=1s",
-        &["--summary"],
-        "0,a\n0,a\n0,b\n1000000000,a\n",
-    );
+    let (code, out, err) =
+        replay("fixed-window limit=1 window=1s", &["--summary"], "0,a\n0,a\n0,b\n1000000000,a\n");
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "key,admitted,rejected\na,2,1\nb,1,0\n*,3,1\n");
 }
@@ -262,11 +251,7 @@ fn reads_a_file_argument() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("trace.csv");
     std::fs::write(&path, "0,a\n0,a\n").unwrap();
-    let (code, out, _) = replay(
-        "fixed-window limit=1 window=1s",
-        &[path.to_str().unwrap()],
-        "",
-    );
+    let (code, out, _) = replay("fixed-window limit=1 window=1s", &[path.to_str().unwrap()], "");
     assert_eq!((code, out.as_str()), (0, "1\n0\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -77,10 +77,7 @@ impl Discrete {
         let gap = wrap_diff(k_now, word & low_mask(self.index_bits), self.index_bits);
         if gap <= 0 {
             // Same interval, or a reading earlier than the state: no fill, keep the later index.
-            return (
-                self.capacity - deficit,
-                k_now.wrapping_add(gap.unsigned_abs()),
-            );
+            return (self.capacity - deficit, k_now.wrapping_add(gap.unsigned_abs()));
         }
         let filled = u128::from(self.capacity - deficit) + u128::from(self.refill) * gap as u128;
         (filled.min(u128::from(self.capacity)) as u64, k_now)
@@ -103,17 +100,11 @@ impl Discrete {
                 (deficit << self.index_bits) | (k & low_mask(self.index_bits))
             };
             let reset = self.until_fills(k, deficit, now);
-            (
-                Decision::admitted(self.capacity, left, reset, 0),
-                Some(word),
-            )
+            (Decision::admitted(self.capacity, left, reset, 0), Some(word))
         } else {
             let retry = self.until_fills(k, cost - tokens, now);
             let reset = self.until_fills(k, self.capacity - tokens, now);
-            (
-                Decision::rejected(self.capacity, tokens, reset, retry),
-                None,
-            )
+            (Decision::rejected(self.capacity, tokens, reset, retry), None)
         }
     }
 
@@ -153,10 +144,7 @@ mod tests {
         assert!(d.is_admitted());
         assert_eq!(d.remaining(), 0);
         // The next fill is at 2 s, whatever the time of the last request.
-        assert_eq!(
-            b.decide(w.unwrap(), S + 10, 1).0.retry_after_ns(),
-            Some(S - 10)
-        );
+        assert_eq!(b.decide(w.unwrap(), S + 10, 1).0.retry_after_ns(), Some(S - 10));
     }
 
     #[test]

@@ -57,12 +57,7 @@ pub(crate) struct Fixed {
 impl Fixed {
     pub(crate) fn new(limit: u32, window_ns: u64, align: Align) -> Result<Self, Invalid> {
         let low_bits = 64 - bits_for(u64::from(limit));
-        let f = Fixed {
-            limit: u64::from(limit),
-            window: window_ns,
-            align,
-            low_bits,
-        };
+        let f = Fixed { limit: u64::from(limit), window: window_ns, align, low_bits };
         match align {
             Align::Clock if f.idle_horizon_ns() < MIN_IDLE_HORIZON_NS => invalid(
                 "window",
@@ -102,11 +97,7 @@ impl Fixed {
         match self.align {
             Align::Clock => {
                 let k_now = now / self.window;
-                let gap = if count == 0 {
-                    1
-                } else {
-                    wrap_diff(k_now, low, self.low_bits)
-                };
+                let gap = if count == 0 { 1 } else { wrap_diff(k_now, low, self.low_bits) };
                 let (count, k) = match gap {
                     0 => (count, k_now),
                     g if g > 0 => (0, k_now),
@@ -116,18 +107,10 @@ impl Fixed {
                 (count, sat64(end), k & low_mask(self.low_bits))
             }
             Align::First => {
-                let left = if count == 0 {
-                    0
-                } else {
-                    wrap_diff(low, now, self.low_bits)
-                };
+                let left = if count == 0 { 0 } else { wrap_diff(low, now, self.low_bits) };
                 if left <= 0 {
                     // No window open: a request now opens [now, now + W).
-                    (
-                        0,
-                        self.window,
-                        now.wrapping_add(self.window) & low_mask(self.low_bits),
-                    )
+                    (0, self.window, now.wrapping_add(self.window) & low_mask(self.low_bits))
                 } else {
                     // Open (or, for `left > W`, a reading from before it opened: counted in it).
                     (count, left as u64, low)
@@ -142,23 +125,14 @@ impl Fixed {
         let cost = u64::from(cost);
         let reset = if count == 0 { 0 } else { end };
         if cost > self.limit {
-            return (
-                Decision::impossible(self.limit, self.limit - count, reset),
-                None,
-            );
+            return (Decision::impossible(self.limit, self.limit - count, reset), None);
         }
         if count + cost <= self.limit {
             let count = count + cost;
             let word = (count << self.low_bits) | low;
-            (
-                Decision::admitted(self.limit, self.limit - count, end, 0),
-                Some(word),
-            )
+            (Decision::admitted(self.limit, self.limit - count, end, 0), Some(word))
         } else {
-            (
-                Decision::rejected(self.limit, self.limit - count, reset, end),
-                None,
-            )
+            (Decision::rejected(self.limit, self.limit - count, reset, end), None)
         }
     }
 

@@ -95,12 +95,7 @@ pub(crate) fn compile_period(
 impl Gcra {
     pub(crate) fn new(capacity: u32, count: u64, period_ns: u64) -> Result<Self, Invalid> {
         let (n, d, cap) = compile_period(count, period_ns, u64::from(capacity), "capacity")?;
-        Ok(Gcra {
-            capacity: u64::from(capacity),
-            n,
-            d,
-            cap,
-        })
+        Ok(Gcra { capacity: u64::from(capacity), n, d, cap })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -139,10 +134,7 @@ impl Gcra {
             )
         } else {
             let retry = self.to_ns(after - self.cap);
-            (
-                Decision::rejected(self.capacity, self.tokens(debt), self.to_ns(debt), retry),
-                None,
-            )
+            (Decision::rejected(self.capacity, self.tokens(debt), self.to_ns(debt), retry), None)
         }
     }
 

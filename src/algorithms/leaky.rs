@@ -91,10 +91,7 @@ impl Leaky {
             };
             let remaining = (self.cap - excess) / self.d;
             let reset = self.to_ns(excess + self.d);
-            (
-                Decision::admitted(limit, remaining, reset, delay),
-                Some(word),
-            )
+            (Decision::admitted(limit, remaining, reset, delay), Some(word))
         } else {
             let retry = self.to_ns(excess - self.cap);
             let d = Decision::rejected(
@@ -114,11 +111,7 @@ impl Leaky {
     /// The largest cost admitted now with `backlog` outstanding.
     #[inline]
     fn remaining_before(&self, backlog: u64) -> u64 {
-        if backlog > self.cap {
-            0
-        } else {
-            (self.cap - backlog) / self.d + 1
-        }
+        if backlog > self.cap { 0 } else { (self.cap - backlog) / self.d + 1 }
     }
 
     #[inline]

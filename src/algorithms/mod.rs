@@ -41,10 +41,7 @@ pub(crate) struct Invalid {
 }
 
 pub(crate) fn invalid<T>(key: &'static str, expected: impl Into<String>) -> Result<T, Invalid> {
-    Err(Invalid {
-        key,
-        expected: expected.into(),
-    })
+    Err(Invalid { key, expected: expected.into() })
 }
 
 /// `(a - b) mod 2^bits`, read as a signed number of `bits` bits.
@@ -61,11 +58,7 @@ pub(crate) const MAX_COUNT_BITS: u32 = bits_for(u32::MAX as u64);
 /// Mask of the low `bits` bits (`bits` in 0..=64).
 #[inline]
 pub(crate) const fn low_mask(bits: u32) -> u64 {
-    if bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    }
+    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
 }
 
 /// Number of bits needed to hold `n`.
@@ -116,12 +109,8 @@ impl Algorithm {
         }
     }
 
-    /// `true` if `word` is indistinguishable from a fresh key at `now` (it may be dropped).
-    pub(crate) fn is_fresh(&self, word: u64, now: u64) -> bool {
-        word == 0 || self.reset_after(word, now) == 0
-    }
-
-    /// Nanoseconds from `now` until `word` is back to full if nothing arrives.
+    /// Nanoseconds from `now` until `word` is back to full if nothing arrives; 0 means the word is
+    /// indistinguishable from a fresh key's and may be dropped.
     pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
         match self {
             Algorithm::Gcra(a) => a.reset_after(word, now),

@@ -79,16 +79,9 @@ impl Nginx {
             );
         }
         if u64::from(burst) > MAX_BURST {
-            return invalid(
-                "burst",
-                format!("a burst of at most {MAX_BURST} under compat=nginx"),
-            );
+            return invalid("burst", format!("a burst of at most {MAX_BURST} under compat=nginx"));
         }
-        Ok(Nginx {
-            rate: rate as u64,
-            burst: u64::from(burst),
-            delay: delay.map(u64::from),
-        })
+        Ok(Nginx { rate: rate as u64, burst: u64::from(burst), delay: delay.map(u64::from) })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -98,11 +91,7 @@ impl Nginx {
     #[inline]
     fn leak(&self, word: u64, now_ms: u64) -> Leaked {
         if word & OCCUPIED == 0 {
-            return Leaked {
-                leaked: None,
-                last_ms: i128::from(now_ms),
-                moves_last: true,
-            };
+            return Leaked { leaked: None, last_ms: i128::from(now_ms), moves_last: true };
         }
         let excess = (word >> EXCESS_SHIFT) & EXCESS_MASK;
         let gap = wrap_diff(now_ms, word & LAST_MASK, LAST_BITS);
@@ -132,22 +121,14 @@ impl Nginx {
         let st = self.leak(word, now_ms);
         let excess_1 = Self::excess_one(&st);
         let cost = u64::from(cost);
-        let remaining_now = if excess_1 > bound {
-            0
-        } else {
-            (bound - excess_1) / 1000 + 1
-        };
+        let remaining_now = if excess_1 > bound { 0 } else { (bound - excess_1) / 1000 + 1 };
         if cost > limit {
             let reset = self.reset(&st, now);
             return (Decision::impossible(limit, remaining_now, reset), None);
         }
         let excess_c = excess_1 + (cost - 1) * 1000;
         if excess_c <= bound {
-            let last = if st.moves_last {
-                now_ms
-            } else {
-                st.last_ms as u64
-            };
+            let last = if st.moves_last { now_ms } else { st.last_ms as u64 };
             let new_word = OCCUPIED | (excess_c << EXCESS_SHIFT) | (last & LAST_MASK);
             let delay_ms = match self.delay {
                 Some(free) if excess_c > free * 1000 => {
@@ -174,10 +155,7 @@ impl Nginx {
             let need = excess + 1000 * i128::from(cost) - i128::from(bound);
             let ms = (need * 1000 + i128::from(self.rate) - 1) / i128::from(self.rate);
             let retry = self.at_ms(st.last_ms + ms, now).max(1);
-            (
-                Decision::rejected(limit, remaining_now, self.reset(&st, now), retry),
-                None,
-            )
+            (Decision::rejected(limit, remaining_now, self.reset(&st, now), retry), None)
         }
     }
 

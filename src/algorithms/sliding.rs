@@ -47,12 +47,7 @@ impl Sliding {
     pub(crate) fn new(limit: u32, window_ns: u64) -> Result<Self, Invalid> {
         let count_bits = bits_for(u64::from(limit));
         let index_bits = 64 - 2 * count_bits;
-        let s = Sliding {
-            limit: u64::from(limit),
-            window: window_ns,
-            count_bits,
-            index_bits,
-        };
+        let s = Sliding { limit: u64::from(limit), window: window_ns, count_bits, index_bits };
         if index_bits < 2 || s.idle_horizon_ns() < MIN_IDLE_HORIZON_NS {
             return invalid(
                 "limit",
@@ -81,38 +76,13 @@ impl Sliding {
         let prev = word >> (self.index_bits + self.count_bits);
         let cur = (word >> self.index_bits) & counts;
         if prev == 0 && cur == 0 {
-            return At {
-                prev: 0,
-                cur: 0,
-                k: k_now,
-                r,
-            };
+            return At { prev: 0, cur: 0, k: k_now, r };
         }
         match wrap_diff(k_now, word & low_mask(self.index_bits), self.index_bits) {
-            0 => At {
-                prev,
-                cur,
-                k: k_now,
-                r,
-            },
-            1 => At {
-                prev: cur,
-                cur: 0,
-                k: k_now,
-                r,
-            },
-            g if g > 1 => At {
-                prev: 0,
-                cur: 0,
-                k: k_now,
-                r,
-            },
-            g => At {
-                prev,
-                cur,
-                k: k_now.wrapping_add(g.unsigned_abs()),
-                r: 0,
-            },
+            0 => At { prev, cur, k: k_now, r },
+            1 => At { prev: cur, cur: 0, k: k_now, r },
+            g if g > 1 => At { prev: 0, cur: 0, k: k_now, r },
+            g => At { prev, cur, k: k_now.wrapping_add(g.unsigned_abs()), r: 0 },
         }
     }
 
@@ -131,16 +101,10 @@ impl Sliding {
         let cost = u64::from(cost);
         let remaining = self.limit.saturating_sub(est);
         if cost > self.limit {
-            return (
-                Decision::impossible(self.limit, remaining, self.reset(&at, now)),
-                None,
-            );
+            return (Decision::impossible(self.limit, remaining, self.reset(&at, now)), None);
         }
         if est + cost <= self.limit {
-            let after = At {
-                cur: at.cur + cost,
-                ..at
-            };
+            let after = At { cur: at.cur + cost, ..at };
             let word = (after.prev << (self.index_bits + self.count_bits))
                 | (after.cur << self.index_bits)
                 | (after.k & low_mask(self.index_bits));
@@ -148,10 +112,7 @@ impl Sliding {
             (d, Some(word))
         } else {
             let retry = self.next_admit(&at, cost, now);
-            (
-                Decision::rejected(self.limit, remaining, self.reset(&at, now), retry),
-                None,
-            )
+            (Decision::rejected(self.limit, remaining, self.reset(&at, now), retry), None)
         }
     }
 
@@ -216,12 +177,7 @@ mod tests {
     fn previous_window_weighs_by_overlap() {
         // N = 10, W = 100 ns; 10 admitted in window 0.
         // (Built directly: a 100 ns window is below the configuration's horizon floor.)
-        let s = Sliding {
-            limit: 10,
-            window: 100,
-            count_bits: 4,
-            index_bits: 56,
-        };
+        let s = Sliding { limit: 10, window: 100, count_bits: 4, index_bits: 56 };
         let (_, w) = s.decide(0, 0, 10);
         let w = w.unwrap();
         // At 100 (r = 0) the previous window counts fully.

@@ -33,15 +33,9 @@ pub(crate) struct Log {
 impl SlidingLog {
     pub(crate) fn new(limit: u32, window_ns: u64) -> Result<Self, Invalid> {
         if limit > MAX_LIMIT {
-            return invalid(
-                "limit",
-                format!("a limit of at most {MAX_LIMIT} for a sliding log"),
-            );
+            return invalid("limit", format!("a limit of at most {MAX_LIMIT} for a sliding log"));
         }
-        Ok(SlidingLog {
-            limit: u64::from(limit),
-            window: window_ns,
-        })
+        Ok(SlidingLog { limit: u64::from(limit), window: window_ns })
     }
 
     /// Decide, and log the request when `commit` and admitted.
@@ -54,22 +48,14 @@ impl SlidingLog {
         let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
         // Entries at or after `at - W` are live.
         let oldest_live = at.saturating_sub(self.window);
-        let expired = log
-            .entries
-            .iter()
-            .take_while(|&&(t, _)| t < oldest_live)
-            .count();
+        let expired = log.entries.iter().take_while(|&&(t, _)| t < oldest_live).count();
         let dead: u64 = log.entries.iter().take(expired).map(|&(_, c)| c).sum();
         let live = log.total - dead;
         let cost = u64::from(cost);
         let remaining = self.limit - live;
         let reset_at = |newest: u64| newest.saturating_add(self.window + 1).saturating_sub(now);
         let newest = log.entries.back().map(|&(t, _)| t);
-        let reset = if live == 0 {
-            0
-        } else {
-            newest.map_or(0, reset_at)
-        };
+        let reset = if live == 0 { 0 } else { newest.map_or(0, reset_at) };
         if cost > self.limit {
             return Decision::impossible(self.limit, remaining, reset);
         }
@@ -105,9 +91,7 @@ impl SlidingLog {
     /// `true` once every entry has expired at `now` (a reading earlier than the newest entry
     /// never counts as expired).
     pub(crate) fn is_fresh(&self, log: &Log, now: u64) -> bool {
-        log.entries
-            .back()
-            .is_none_or(|&(t, _)| t.saturating_add(self.window) < now)
+        log.entries.back().is_none_or(|&(t, _)| t.saturating_add(self.window) < now)
     }
 }
 
@@ -127,10 +111,7 @@ mod tests {
         assert!(s.decide(&mut log, 111, 1, true).is_admitted());
         // Live: 50 and 111. One fits once 50 expires (at 151), two once 111 does (at 212).
         assert_eq!(s.decide(&mut log, 111, 1, false).retry_after_ns(), Some(40));
-        assert_eq!(
-            s.decide(&mut log, 111, 2, false).retry_after_ns(),
-            Some(101)
-        );
+        assert_eq!(s.decide(&mut log, 111, 2, false).retry_after_ns(), Some(101));
         assert!(s.decide(&mut log, 111, 3, false).is_impossible());
         assert!(SlidingLog::new(65_537, 100).is_err());
     }

@@ -181,8 +181,7 @@ impl Model for Leaky {
     }
     fn is_full(&self, now: u128) -> bool {
         let (n, d) = (self.count as i128, self.period as i128);
-        self.state
-            .is_none_or(|(e, last)| e - n * (now as i128 - last) + d <= 0)
+        self.state.is_none_or(|(e, last)| e - n * (now as i128 - last) + d <= 0)
     }
 }
 
@@ -200,12 +199,7 @@ pub struct Nginx {
 impl Nginx {
     pub fn new(count: u128, period: u128, burst: u128, delay: Option<u128>) -> Self {
         let rate = (count * 1000 * 1_000_000_000 / period) as i128;
-        Nginx {
-            rate,
-            burst: burst as i128,
-            delay: delay.map(|d| d as i128),
-            state: None,
-        }
+        Nginx { rate, burst: burst as i128, delay: delay.map(|d| d as i128), state: None }
     }
 }
 
@@ -235,9 +229,7 @@ impl Model for Nginx {
             Some(d) if excess_c > d * 1000 => (excess_c - d * 1000) * 1000 / self.rate,
             _ => 0,
         };
-        Verdict::Admitted {
-            delay: delay_ms as u128 * 1_000_000,
-        }
+        Verdict::Admitted { delay: delay_ms as u128 * 1_000_000 }
     }
     fn is_full(&self, now: u128) -> bool {
         let now_ms = (now / 1_000_000) as i128;
@@ -262,10 +254,9 @@ impl Discrete {
         let k_now = now / self.every;
         match self.state {
             None => (self.capacity, k_now),
-            Some((tokens, k)) if k_now > k => (
-                (tokens + self.refill * (k_now - k)).min(self.capacity),
-                k_now,
-            ),
+            Some((tokens, k)) if k_now > k => {
+                ((tokens + self.refill * (k_now - k)).min(self.capacity), k_now)
+            }
             Some(s) => s,
         }
     }
@@ -303,11 +294,7 @@ pub struct Fixed {
 
 impl Fixed {
     fn at(&self, now: u128) -> (u128, u128) {
-        let open = if self.first {
-            now
-        } else {
-            now / self.window * self.window
-        };
+        let open = if self.first { now } else { now / self.window * self.window };
         match self.state {
             Some((start, count)) if now < start + self.window => (start, count),
             _ => (open, 0),
@@ -400,12 +387,8 @@ impl Model for Log {
             return Verdict::Impossible;
         }
         let now = self.entries.last().map_or(now, |&(t, _)| t.max(now));
-        let live: u128 = self
-            .entries
-            .iter()
-            .filter(|&&(t, _)| t + self.window >= now)
-            .map(|&(_, c)| c)
-            .sum();
+        let live: u128 =
+            self.entries.iter().filter(|&&(t, _)| t + self.window >= now).map(|&(_, c)| c).sum();
         if live + c > self.limit {
             return Verdict::Rejected;
         }
@@ -446,19 +429,12 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
         now = match op.gap {
             Gap::Forward(g) => {
                 let limit = written.map_or(u64::MAX, |w| w.saturating_add(horizon / 2));
-                now.saturating_add(g)
-                    .min(limit)
-                    .max(now)
-                    .min(i64::MAX as u64)
+                now.saturating_add(g).min(limit).max(now).min(i64::MAX as u64)
             }
             Gap::Back(g) => now.saturating_sub(g),
         };
         clock.set(now);
-        let got = if op.peek {
-            limiter.peek_n(op.cost)
-        } else {
-            limiter.check_n(op.cost)
-        };
+        let got = if op.peek { limiter.peek_n(op.cost) } else { limiter.check_n(op.cost) };
         if !op.peek && got.is_admitted() {
             written = Some(written.map_or(now, |w| w.max(now)));
         }

@@ -1,0 +1,496 @@
+//! The key table: bounded, sharded, no lock on the hot path, lossless eviction first, no ABA.
+//!
+//! # Layout
+//!
+//! The table has `S` shards (a power of two), each [`CachePadded`] with its own insert lock and
+//! metrics, and an array of 64-byte buckets of four 16-byte slots:
+//!
+//! | word    | bits   | meaning                                                               |
+//! |---------|--------|-----------------------------------------------------------------------|
+//! | `key`   | 56..64 | index of the key's policy in the limiter's registry (0..=254)         |
+//! | `key`   | 0..56  | fingerprint: 56 bits of the key's 64-bit hash, never 0 or all ones    |
+//! | `key`   | all    | `EMPTY` = 0: a free slot; `TOMBSTONE` = all ones: a slot being changed |
+//! | `state` | 0..64  | the algorithm's state word XOR `mask(key)` (see *No ABA*)              |
+//!
+//! So a slot is 16 bytes and a key's fingerprint and state share a cache line: a hit on a cold key
+//! costs one DRAM miss. A key may live in one of two buckets chosen by the hash (8 candidate
+//! slots, "two-choice" placement); the shard comes from the hash's low bits, the buckets from a
+//! second mix of it, and the fingerprint from its high 56 bits.
+//!
+//! Keys are stored only as fingerprints of a per-process-seeded `ahash`: two distinct keys merge
+//! only if their 56-bit fingerprints are equal and they share a candidate bucket (about 2^-56 per
+//! pair of keys in a neighbourhood).
+//!
+//! # The hot path (a key already present)
+//!
+//! Hash once, scan the key's buckets for its fingerprint, then a CAS loop on the state word:
+//! load the state (`Acquire`), check that the key word still holds this key, decide, and
+//! compare-exchange. No lock, no allocation, no write on a rejection.
+//!
+//! # Insertion and eviction (the slow path, under the shard's lock)
+//!
+//! A new key is decided against a fresh state first; only if that admits something does it need a
+//! slot (a rejected or impossible request changes no state, so a flood of new keys that are refused
+//! writes nothing). Under the shard lock, re-scan (another thread may have inserted it), then take,
+//! in order: a free candidate slot; a candidate whose state is indistinguishable from a fresh key's
+//! (a *lossless reclaim*: no decision changes); and only when all eight are live, either the
+//! candidate whose loss grants the least extra capacity (the one closest to full: a *lossy
+//! eviction*) or, fail-closed, nothing (the request is refused; its `retry_after` says when a
+//! candidate becomes reclaimable). All three are counted.
+//!
+//! Replacing the occupant of a slot is three steps:
+//!
+//! 1. `key := TOMBSTONE` (no lookup matches it);
+//! 2. `state: old -> new ^ mask(new key)` by compare-exchange (`Release`); if a decider changed the
+//!    state in between, the key word is restored and the choice is made again;
+//! 3. `key := new key` (`Release`).
+//!
+//! # No ABA
+//!
+//! A decider for key K that loaded K's state `w` and then stalls must not apply its decision to
+//! another key K2 that took the slot meanwhile. Two things prevent it:
+//!
+//! - *Re-validation.* After each load of the state (`Acquire`), the decider re-reads the key word.
+//!   If it read a state that step 2 wrote, it synchronizes with that `Release`, so it sees step 1 or
+//!   later: the key word is no longer K and it starts over with a fresh lookup.
+//! - *Keyed masks.* A decider that read `w` before step 2 and compare-exchanges after it fails
+//!   unless the new occupant's stored word equals `w` bit for bit. Stored words are XORed with
+//!   `mask(key word)`, a 64-bit mix of the key word (fingerprint and policy index) and a secret
+//!   drawn per table, so equal *states* of two keys are different *words*: the exchange could only
+//!   succeed if K2's state were exactly `K's state ^ mask(K) ^ mask(K2)`, a pseudo-random value
+//!   (odds like a fingerprint collision's). The same key re-inserted gets the same mask: its stale
+//!   decider may then succeed, which is harmless (its decision is a decision for that key, on that
+//!   key's current state).
+//!
+//! Unlike a generation tag in the state word, masks cost the algorithms no state bits: the idle
+//! horizons of the direct limiter hold in the table too. The loom models in `loom-tests/` force the
+//! slot reuse and check both defences, and show that a table without them fails.
+//!
+//! # Memory ordering
+//!
+//! The state word publishes nothing but itself, so a decider's successful exchange is `Relaxed`;
+//! its failure ordering and the state load are `Acquire` (to pair with step 2). Steps 2 and 3 are
+//! `Release`; key-word loads are `Acquire` (a lookup that sees a new key sees its state).
+
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+
+use crossbeam_utils::CachePadded;
+
+use crate::decision::Decision;
+use crate::sync::{AtomicU64, Mutex, Ordering};
+
+pub(crate) const EMPTY: u64 = 0;
+pub(crate) const TOMBSTONE: u64 = u64::MAX;
+const FP_BITS: u32 = 56;
+const FP_MASK: u64 = (1 << FP_BITS) - 1;
+/// Policy indices 0..=254; 255 would make `TOMBSTONE` a valid key word.
+pub(crate) const MAX_POLICIES: usize = 255;
+const SLOTS_PER_BUCKET: usize = 4;
+const _: () = assert!(SLOTS_PER_BUCKET * 16 == 64);
+
+#[derive(Debug, Default)]
+struct Slot {
+    key: AtomicU64,
+    state: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Bucket {
+    slots: [Slot; SLOTS_PER_BUCKET],
+}
+
+#[derive(Debug)]
+struct Shard {
+    buckets: Box<[Bucket]>,
+    /// Serializes insertions, evictions and removals; never taken by a decision on a present key.
+    lock: Mutex<()>,
+    // Written only under `lock` (so never on the hot path): plain std atomics, not modelled.
+    len: StdAtomicU64,
+    reclaims: StdAtomicU64,
+    evictions: StdAtomicU64,
+    refused: StdAtomicU64,
+}
+
+/// What the table needs to know of the limiter's policies.
+pub(crate) trait Policies {
+    /// The algorithm behind policy index `idx`, or `None` if the index was retired (the key must
+    /// move to its current policy: [`Table::migrate`]).
+    fn algorithm(&self, idx: u8) -> Option<&crate::algorithms::Algorithm>;
+    /// The policy index a new key with this fingerprint starts with.
+    fn resolve(&self, fp: u64) -> u8;
+}
+
+/// What to do when every candidate slot of a new key holds a live key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnFull {
+    /// Evict the candidate whose loss grants the least extra capacity (the one closest to full);
+    /// the default.
+    #[default]
+    EvictLeastGranting,
+    /// Refuse the new key: its request is rejected (fail-closed).
+    Refuse,
+}
+
+/// Counters of a table, summed over shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TableStats {
+    pub(crate) len: u64,
+    pub(crate) reclaims: u64,
+    pub(crate) evictions: u64,
+    pub(crate) refused: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Table {
+    shards: Box<[CachePadded<Shard>]>,
+    shard_mask: u64,
+    buckets_per_shard: u64,
+    secret: u64,
+    on_full: OnFull,
+}
+
+/// Where a key may live.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Place {
+    shard: usize,
+    b1: usize,
+    b2: usize,
+    fp: u64,
+}
+
+/// A 64-bit mixer (the finalizer of MurmurHash3; constants from Appleby's reference code).
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// `x` scaled into `0..n` (Lemire's multiply-shift).
+#[inline]
+fn scale(x: u64, n: u64) -> usize {
+    ((u128::from(x) * u128::from(n)) >> 64) as usize
+}
+
+#[inline]
+fn key_word(idx: u8, fp: u64) -> u64 {
+    (u64::from(idx) << FP_BITS) | fp
+}
+
+impl Table {
+    /// A table of at least `capacity` slots (rounded up to whole buckets in every shard).
+    pub(crate) fn new(capacity: usize, on_full: OnFull, secret: u64) -> Self {
+        let capacity = capacity.max(1) as u64;
+        // About 1024 slots per shard, at most 256 shards, a power of two.
+        let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
+        let buckets_per_shard = capacity.div_ceil(shards * SLOTS_PER_BUCKET as u64);
+        let shards: Box<[_]> = (0..shards)
+            .map(|_| {
+                CachePadded::new(Shard {
+                    buckets: (0..buckets_per_shard).map(|_| Bucket::default()).collect(),
+                    lock: Mutex::new(()),
+                    len: StdAtomicU64::new(0),
+                    reclaims: StdAtomicU64::new(0),
+                    evictions: StdAtomicU64::new(0),
+                    refused: StdAtomicU64::new(0),
+                })
+            })
+            .collect();
+        Table {
+            shard_mask: shards.len() as u64 - 1,
+            shards,
+            buckets_per_shard,
+            secret: mix(secret) | 1,
+            on_full,
+        }
+    }
+
+    pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
+        self.on_full = on_full;
+    }
+
+    /// The fingerprint stored for `hash`.
+    pub(crate) fn fingerprint(&self, hash: u64) -> u64 {
+        self.place(hash).fp
+    }
+
+    /// Slots in the table: the capacity, rounded up to whole buckets.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.shards.len() as u64 * self.buckets_per_shard * SLOTS_PER_BUCKET as u64
+    }
+
+    /// Bytes of slot storage (the buckets; the fixed per-table overhead is not counted).
+    pub(crate) fn slot_bytes(&self) -> u64 {
+        self.capacity() * 16
+    }
+
+    #[inline]
+    pub(crate) fn place(&self, hash: u64) -> Place {
+        let mut fp = hash >> (64 - FP_BITS);
+        if fp == 0 {
+            fp = 1;
+        } else if fp == FP_MASK {
+            fp = FP_MASK - 1;
+        }
+        let spread = mix(hash);
+        let b1 = scale(spread, self.buckets_per_shard);
+        let b2 = scale(spread.rotate_left(32), self.buckets_per_shard);
+        Place { shard: (hash & self.shard_mask) as usize, b1, b2, fp }
+    }
+
+    #[inline]
+    fn mask(&self, key: u64) -> u64 {
+        mix(key ^ self.secret)
+    }
+
+    /// The slot holding `fp`, with its key word.
+    #[inline]
+    fn find(&self, place: Place) -> Option<(&Slot, u64)> {
+        let shard = &self.shards[place.shard];
+        for b in [place.b1, place.b2] {
+            for slot in &shard.buckets[b].slots {
+                let key = slot.key.load(Ordering::Acquire);
+                if key & FP_MASK == place.fp && key != TOMBSTONE {
+                    return Some((slot, key));
+                }
+            }
+            if place.b2 == place.b1 {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Decide a request for the key at `place`; take it if admitted and `commit`.
+    #[inline]
+    pub(crate) fn decide<P: Policies>(
+        &self,
+        policies: &P,
+        place: Place,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Decision {
+        'lookup: loop {
+            let Some((slot, key)) = self.find(place) else {
+                match self.insert_slow(policies, place, now, cost, commit) {
+                    Some(decision) => return decision,
+                    None => continue 'lookup,
+                }
+            };
+            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+                self.migrate(policies, place, now);
+                continue 'lookup;
+            };
+            let mask = self.mask(key);
+            let mut stored = slot.state.load(Ordering::Acquire);
+            loop {
+                if slot.key.load(Ordering::Acquire) != key {
+                    continue 'lookup;
+                }
+                let (decision, next) = algorithm.decide(stored ^ mask, now, cost);
+                let Some(next) = next.filter(|_| commit) else { return decision };
+                match slot.state.compare_exchange_weak(
+                    stored,
+                    next ^ mask,
+                    Ordering::Relaxed,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return decision,
+                    Err(actual) => stored = actual,
+                }
+            }
+        }
+    }
+
+    /// A new key: decide against a fresh state and, if something is taken, find it a slot.
+    /// `None`: the key appeared meanwhile; decide again on the fast path.
+    #[cold]
+    #[inline(never)]
+    fn insert_slow<P: Policies>(
+        &self,
+        policies: &P,
+        place: Place,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Option<Decision> {
+        let idx = policies.resolve(place.fp);
+        let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
+        let (decision, next) = algorithm.decide(0, now, cost);
+        let Some(next) = next.filter(|_| commit) else { return Some(decision) };
+        let shard = &self.shards[place.shard];
+        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.find(place).is_some() {
+            return None;
+        }
+        let new_key = key_word(idx, place.fp);
+        loop {
+            match self.choose(policies, place, now) {
+                Choice::Free(slot) => {
+                    slot.state.store(next ^ self.mask(new_key), Ordering::Release);
+                    slot.key.store(new_key, Ordering::Release);
+                    shard.len.fetch_add(1, Ordering::Relaxed);
+                    return Some(decision);
+                }
+                Choice::Occupied { slot, key, stored, lossless } => {
+                    if !self.replace(slot, key, stored, new_key, next) {
+                        continue;
+                    }
+                    let counter = if lossless { &shard.reclaims } else { &shard.evictions };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Some(decision);
+                }
+                Choice::Refuse { retry_after } => {
+                    shard.refused.fetch_add(1, Ordering::Relaxed);
+                    let limit = decision.limit();
+                    return Some(Decision::rejected(limit, 0, retry_after, retry_after));
+                }
+            }
+        }
+    }
+
+    /// Pick the slot for a new key among its candidates (under the shard lock).
+    fn choose<'a, P: Policies>(&'a self, policies: &P, place: Place, now: u64) -> Choice<'a> {
+        let shard = &self.shards[place.shard];
+        let mut victim: Option<(&Slot, u64, u64, (u64, u64))> = None;
+        let mut soonest = u64::MAX;
+        let buckets =
+            if place.b1 == place.b2 { &[place.b1][..] } else { &[place.b1, place.b2][..] };
+        for &b in buckets {
+            for slot in &shard.buckets[b].slots {
+                let key = slot.key.load(Ordering::Acquire);
+                if key == EMPTY {
+                    return Choice::Free(slot);
+                }
+                let stored = slot.state.load(Ordering::Acquire);
+                let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+                    // A key on a retired policy: its state means nothing now.
+                    return Choice::Occupied { slot, key, stored, lossless: true };
+                };
+                let word = stored ^ self.mask(key);
+                let reset = algorithm.reset_after(word, now);
+                if reset == 0 {
+                    return Choice::Occupied { slot, key, stored, lossless: true };
+                }
+                soonest = soonest.min(reset);
+                // The least extra capacity granted: the most remaining, then the soonest full.
+                let probe = algorithm.decide(word, now, 1).0;
+                let remaining = probe.remaining() + u64::from(probe.is_admitted());
+                let used = probe.limit().saturating_sub(remaining);
+                let rank = (used, reset);
+                if victim.is_none_or(|(_, _, _, best)| rank < best) {
+                    victim = Some((slot, key, stored, rank));
+                }
+            }
+        }
+        match (self.on_full, victim) {
+            (OnFull::EvictLeastGranting, Some((slot, key, stored, _))) => {
+                Choice::Occupied { slot, key, stored, lossless: false }
+            }
+            _ => Choice::Refuse { retry_after: soonest },
+        }
+    }
+
+    /// Steps 1-3 of the module doc: give `slot` (holding `old_key`, state `stored`) to `new_key`
+    /// with the unmasked state `word`. `false` if a decision changed the state meanwhile.
+    fn replace(&self, slot: &Slot, old_key: u64, stored: u64, new_key: u64, word: u64) -> bool {
+        slot.key.store(TOMBSTONE, Ordering::Relaxed);
+        let installed = slot.state.compare_exchange(
+            stored,
+            word ^ self.mask(new_key),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+        let key = if installed.is_ok() { new_key } else { old_key };
+        slot.key.store(key, Ordering::Release);
+        installed.is_ok()
+    }
+
+    /// Move the key at `place` (if present) to the policy `resolve` now gives it, fresh.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place, now: u64) {
+        let _ = now;
+        let shard = &self.shards[place.shard];
+        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((slot, key)) = self.find(place) else { return };
+        let idx = policies.resolve(place.fp);
+        if (key >> FP_BITS) as u8 == idx && policies.algorithm(idx).is_some() {
+            return;
+        }
+        loop {
+            let stored = slot.state.load(Ordering::Acquire);
+            if self.replace(slot, key, stored, key_word(idx, place.fp), 0) {
+                return;
+            }
+        }
+    }
+
+    /// Forget the key at `place`: its next request is decided as a fresh key's.
+    pub(crate) fn remove(&self, place: Place) -> bool {
+        let shard = &self.shards[place.shard];
+        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((slot, _)) = self.find(place) else { return false };
+        slot.key.store(TOMBSTONE, Ordering::Relaxed);
+        // Any value a stale decider of this key could expect is replaced: its exchange fails.
+        slot.state.swap(0, Ordering::Release);
+        slot.key.store(EMPTY, Ordering::Release);
+        shard.len.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Reclaim every key indistinguishable from a fresh one at `now`; returns how many.
+    pub(crate) fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
+        let mut reclaimed = 0;
+        for shard in self.shards.iter() {
+            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            for slot in shard.buckets.iter().flat_map(|b| &b.slots) {
+                let key = slot.key.load(Ordering::Acquire);
+                if key == EMPTY {
+                    continue;
+                }
+                let stored = slot.state.load(Ordering::Acquire);
+                let fresh = policies
+                    .algorithm((key >> FP_BITS) as u8)
+                    .is_none_or(|a| a.reset_after(stored ^ self.mask(key), now) == 0);
+                if !fresh {
+                    continue;
+                }
+                slot.key.store(TOMBSTONE, Ordering::Relaxed);
+                match slot.state.compare_exchange(stored, 0, Ordering::Release, Ordering::Relaxed) {
+                    Ok(_) => {
+                        slot.key.store(EMPTY, Ordering::Release);
+                        shard.len.fetch_sub(1, Ordering::Relaxed);
+                        shard.reclaims.fetch_add(1, Ordering::Relaxed);
+                        reclaimed += 1;
+                    }
+                    // A decision took something meanwhile: the key is live; give it back.
+                    Err(_) => slot.key.store(key, Ordering::Release),
+                }
+            }
+        }
+        reclaimed
+    }
+
+    pub(crate) fn stats(&self) -> TableStats {
+        let mut s = TableStats::default();
+        for shard in self.shards.iter() {
+            s.len += shard.len.load(Ordering::Relaxed);
+            s.reclaims += shard.reclaims.load(Ordering::Relaxed);
+            s.evictions += shard.evictions.load(Ordering::Relaxed);
+            s.refused += shard.refused.load(Ordering::Relaxed);
+        }
+        s
+    }
+}
+
+enum Choice<'a> {
+    Free(&'a Slot),
+    Occupied { slot: &'a Slot, key: u64, stored: u64, lossless: bool },
+    Refuse { retry_after: u64 },
+}
