@@ -20,7 +20,9 @@
 //! Layers, each knowing only the ones below it: a [`Clock`] (the TSC via quanta by default); the
 //! algorithms as pure functions of `(configuration, state word, now, cost)`; one compare-exchange
 //! loop that applies a decision to an `AtomicU64`; the direct [`Limiter`] (one cache-padded word)
-//! and the [`KeyedLimiter`]; the [`Decision`] and its HTTP renderings; the [`Policy`] grammar.
+//! and the [`KeyedLimiter`] (a bounded, sharded table with no lock on the hot path: see its docs
+//! and `src/table.rs` for the protocol); the [`Decision`] and its HTTP renderings; the [`Policy`]
+//! grammar.
 //!
 //! # Guarantees
 //!
@@ -62,9 +64,12 @@
 //!
 //! # Caveats
 //!
-//! - [`KeyedLimiter`] is, for now, a correct map behind a reader-writer lock that grows with the
-//!   number of keys; the lock-free bounded table replaces it.
-//! - The sliding log locks a per-key mutex (its state is not one word).
+//! - [`KeyedLimiter`] stores keys as 56-bit fingerprints: two distinct keys merge with probability
+//!   about 2^-56 per pair sharing a bucket.
+//! - Its capacity is fixed; beyond it, live keys are evicted (counted) or refused
+//!   ([`OnFull::Refuse`]), after every reclaimable key has been reclaimed.
+//! - The sliding log locks a mutex (per limiter, or per shard of the keyed table): its state is a
+//!   list, not one word.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -72,6 +77,7 @@ mod algorithms;
 mod clock;
 mod decision;
 mod headers;
+mod ip;
 mod keyed;
 mod limiter;
 mod log_table;
@@ -82,6 +88,7 @@ mod table;
 
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 pub use decision::{Decision, Outcome};
+pub use ip::{IpKey, IpPrefixes};
 pub use keyed::{KeyedLimiter, Metrics};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};

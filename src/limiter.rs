@@ -7,7 +7,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::state;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// Where one key's state lives: a word for every algorithm but the sliding log.
 #[derive(Debug)]
@@ -50,7 +50,7 @@ impl Cell {
 
 /// Lock a key's log; a panic while holding it cannot leave a log half-updated in a way that breaks
 /// the limiter's invariants (every mutation keeps `total` equal to the sum), so poisoning is ignored.
-fn lock(log: &Mutex<Log>) -> std::sync::MutexGuard<'_, Log> {
+fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
     log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -13,7 +13,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
 use crate::decision::Decision;
-use crate::sync::Mutex;
+use crate::sync::{Mutex, MutexGuard};
 use crate::table::{OnFull, Policies, TableStats};
 
 pub(crate) struct LogTable {
@@ -58,7 +58,7 @@ impl LogTable {
         (self.per_shard * self.shards.len()) as u64
     }
 
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, LogShard> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, LogShard> {
         let shard = &self.shards[(hash as usize) & (self.shards.len() - 1)];
         shard.lock().unwrap_or_else(|p| p.into_inner())
     }

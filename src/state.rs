@@ -3,10 +3,12 @@
 //! # Memory ordering
 //!
 //! A state word holds the whole state of its key and publishes no other memory: no reader of the
-//! word goes on to read data written before the word was stored. So every access is `Relaxed`. The
-//! atomicity of `compare_exchange` alone gives what the limiter promises: all read-modify-writes of
-//! one word are totally ordered (its modification order), each decision is computed from the value
-//! it replaces, and none is lost. The loom models in `loom-tests/` check exactly that.
+//! word goes on to read data written before the word was stored. So a successful exchange is
+//! `Relaxed`: the atomicity of `compare_exchange` alone gives what the limiter promises. All
+//! read-modify-writes of one word are totally ordered (its modification order), each decision is
+//! computed from the value it replaces, and none is lost. The loads are `Acquire` only for the key
+//! table, whose slots can change owner: a load that sees a word installed for a new owner must also
+//! see the owner's key (see `table.rs`, *No ABA*). The loom models in `loom-tests/` check both.
 //!
 //! A rejection returns before any write, so a key under attack is only read: its cache line stays
 //! shared between cores.
@@ -15,19 +17,65 @@ use crate::algorithms::Algorithm;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
 
-/// Decide a request of `cost` at `now` against `word`, and store the new state if admitted.
+/// The outcome of [`apply_masked`].
+#[cfg_attr(ratewell_broken = "no_revalidate", allow(dead_code))]
+pub(crate) enum Applied {
+    Done(Decision),
+    /// `still_ours` said the word changed owner: look the key up again.
+    Moved,
+}
+
+/// Decide a request of `cost` at `now` against the word, and store the new state if admitted and
+/// `commit`. The word stores `state ^ mask`; `still_ours` is asked after every load.
 #[inline]
-pub(crate) fn apply(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> Decision {
-    let mut current = word.load(Ordering::Relaxed);
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "no_revalidate"), allow(unused_mut, dead_code))]
+pub(crate) fn apply_masked(
+    algorithm: &Algorithm,
+    word: &AtomicU64,
+    mask: u64,
+    still_ours: impl Fn() -> bool,
+    now: u64,
+    cost: u32,
+    commit: bool,
+) -> Applied {
+    let mut current = word.load(Ordering::Acquire);
     loop {
-        let (decision, next) = algorithm.decide(current, now, cost);
-        let Some(next) = next else { return decision };
+        #[cfg(not(ratewell_broken = "no_revalidate"))]
+        if !still_ours() {
+            return Applied::Moved;
+        }
+        #[cfg(ratewell_broken = "no_revalidate")]
+        let _ = &still_ours;
+        let (decision, next) = algorithm.decide(current ^ mask, now, cost);
+        let Some(next) = next.filter(|_| commit) else {
+            #[cfg(ratewell_broken = "reject_writes")]
+            if commit {
+                word.store(current, Ordering::Relaxed);
+            }
+            return Applied::Done(decision);
+        };
+        #[cfg(ratewell_broken = "store")]
+        {
+            word.store(next ^ mask, Ordering::Relaxed);
+            return Applied::Done(decision);
+        }
         // `compare_exchange_weak` may fail spuriously; the loop recomputes from the value it
         // returns, which is the freshest one anyway.
-        match word.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return decision,
+        #[cfg(not(ratewell_broken = "store"))]
+        match word.compare_exchange_weak(current, next ^ mask, Ordering::Relaxed, Ordering::Acquire)
+        {
+            Ok(_) => return Applied::Done(decision),
             Err(actual) => current = actual,
         }
+    }
+}
+
+/// The direct limiter's case: an unmasked word that never changes owner.
+#[inline]
+pub(crate) fn apply(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> Decision {
+    match apply_masked(algorithm, word, 0, || true, now, cost, true) {
+        Applied::Done(decision) => decision,
+        Applied::Moved => unreachable!("a direct limiter's word has one owner"),
     }
 }
 

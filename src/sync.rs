@@ -4,11 +4,11 @@
 //! whole crate onto loom without a line of `#[cfg]` elsewhere (the crossbeam arrangement).
 
 #[cfg(not(ratewell_loom))]
-pub(crate) use std::sync::Mutex;
-#[cfg(not(ratewell_loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(ratewell_loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(ratewell_loom)]
-pub(crate) use loom::sync::Mutex;
-#[cfg(ratewell_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(ratewell_loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};

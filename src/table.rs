@@ -77,6 +77,7 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use crossbeam_utils::CachePadded;
 
 use crate::decision::Decision;
+use crate::state::{Applied, apply_masked};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -244,6 +245,9 @@ impl Table {
 
     #[inline]
     fn mask(&self, key: u64) -> u64 {
+        if cfg!(ratewell_broken = "no_mask") {
+            return 0;
+        }
         mix(key ^ self.secret)
     }
 
@@ -286,23 +290,18 @@ impl Table {
                 self.migrate(policies, place, now);
                 continue 'lookup;
             };
-            let mask = self.mask(key);
-            let mut stored = slot.state.load(Ordering::Acquire);
-            loop {
-                if slot.key.load(Ordering::Acquire) != key {
-                    continue 'lookup;
-                }
-                let (decision, next) = algorithm.decide(stored ^ mask, now, cost);
-                let Some(next) = next.filter(|_| commit) else { return decision };
-                match slot.state.compare_exchange_weak(
-                    stored,
-                    next ^ mask,
-                    Ordering::Relaxed,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return decision,
-                    Err(actual) => stored = actual,
-                }
+            let still_ours = || slot.key.load(Ordering::Acquire) == key;
+            match apply_masked(
+                algorithm,
+                &slot.state,
+                self.mask(key),
+                still_ours,
+                now,
+                cost,
+                commit,
+            ) {
+                Applied::Done(decision) => return decision,
+                Applied::Moved => continue 'lookup,
             }
         }
     }

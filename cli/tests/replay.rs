@@ -255,3 +255,35 @@ fn reads_a_file_argument() {
     assert_eq!((code, out.as_str()), (0, "1\n0\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Keys active briefly, then idle long enough to be back to fresh: far more distinct keys than
+/// the table holds, yet every decision equals the unbounded run's (reclaims are lossless).
+#[test]
+fn small_capacity_is_lossless_when_keys_go_idle() {
+    let mut trace = String::new();
+    for k in 0..3000u64 {
+        let start = k * 50_000_000; // a new key every 50 ms
+        for j in 0..6u64 {
+            let cost = if j == 5 { ",2" } else { "" };
+            trace.push_str(&format!("{},key{k}{cost}\n", start + j * 1_000_000));
+        }
+    }
+    for policy in [
+        "token-bucket capacity=3 rate=100/s",
+        "token-bucket capacity=3 refill=1 every=10ms",
+        "leaky-bucket rate=100r/s burst=2",
+        "leaky-bucket rate=100r/s burst=2 nodelay compat=nginx",
+        "fixed-window limit=3 window=20ms",
+        "fixed-window limit=3 window=20ms align=first",
+        "sliding-window limit=3 window=10ms",
+        "sliding-log limit=3 window=20ms",
+    ] {
+        let (code, small, err) = replay(policy, &["--capacity", "16"], &trace);
+        assert_eq!(code, 0, "{policy}: {err}");
+        let (_, unbounded, _) = replay(policy, &["--capacity", "100000"], &trace);
+        assert_eq!(small.lines().count(), 18_000);
+        let limited = small.lines().any(|l| l == "0") && small.lines().any(|l| l.starts_with('1'));
+        assert!(limited, "{policy}: a trace that limits");
+        assert!(small == unbounded, "{policy}: capacity 16 changed decisions");
+    }
+}

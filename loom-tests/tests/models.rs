@@ -1,0 +1,261 @@
+//! loom models of every CAS protocol: the one-word loop of each algorithm, and the key table's
+//! insert, eviction, reclaim and reuse races.
+//!
+//! Each model asserts. Each is also shown to fail on a deliberately broken protocol, compiled only
+//! for that purpose with `--cfg ratewell_broken="..."`: under it, the models that must catch the
+//! break are `should_panic` (so the suite passes only if they do fail):
+//!
+//! | variant         | the break                                         | caught by |
+//! |-----------------|---------------------------------------------------|-----------|
+//! | `store`         | a plain store instead of the compare-exchange     | `one_word_*` (not the log), `keyed_one_key_concurrent_decisions`, `decision_racing_slot_reuse`, `reclaim_racing_decision` |
+//! | `reject_writes` | a rejection writes back the state it read         | `one_word_*` (not the log), `rejection_racing_admission` |
+//! | `no_mask`       | stored states not masked per key (the "tag")      | `decision_racing_slot_reuse` |
+//! | `no_revalidate` | the key word not re-checked after loading a state | `decision_racing_slot_reuse`, `reclaim_racing_decision` |
+//!
+//! `keyed_one_key_two_threads_inserting` checks the insert lock's re-scan, which no variant
+//! breaks.
+#![cfg(ratewell_loom)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::{Expected, Model, expect};
+use loom::sync::Arc;
+use loom::thread;
+use ratewell::{Decision, KeyedLimiter, Limiter, ManualClock, Outcome, Policy};
+
+const S: u64 = 1_000_000_000;
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(f);
+}
+
+/// The verdicts two threads saw, each running its `costs` in order, must be those of some serial
+/// interleaving of the two programs run through the model; and the state left must be that
+/// interleaving's (compared through a peek at `later`).
+fn linearizable<M: Model>(
+    fresh: &M,
+    costs: [&[u32]; 2],
+    seen: [Vec<Decision>; 2],
+    now: u64,
+    later: u64,
+    after: Decision,
+) {
+    let (a, b) = (costs[0].len(), costs[1].len());
+    // Every interleaving: choose which of the a+b steps belong to thread 0.
+    let found = (0u32..1 << (a + b)).filter(|m| m.count_ones() as usize == a).any(|mask| {
+        let mut m = fresh.clone();
+        let (mut i, mut j) = (0, 0);
+        for step in 0..a + b {
+            let (cost, d) = if mask >> step & 1 == 1 {
+                i += 1;
+                (costs[0][i - 1], &seen[0][i - 1])
+            } else {
+                j += 1;
+                (costs[1][j - 1], &seen[1][j - 1])
+            };
+            if expect(&mut m, now.into(), cost.into(), true) != Expected::of(d) {
+                return false;
+            }
+        }
+        expect(&mut m, later.into(), 1, false) == Expected::of(&after)
+    });
+    assert!(found, "no serial order explains {seen:?} then {after:?}");
+}
+
+/// Two threads on one direct limiter, mixed costs, then a peek after the clock moved.
+fn one_word<M: Model + Send + Sync + 'static>(
+    text: &'static str,
+    fresh: M,
+    costs: [&'static [u32]; 2],
+    later: u64,
+) {
+    model(move || {
+        let clock = ManualClock::new(S);
+        let limiter = Arc::new(Limiter::with_clock(&policy(text), clock.clone()));
+        let handles: Vec<_> = costs
+            .iter()
+            .map(|&cs| {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || cs.iter().map(|&c| limiter.check_n(c)).collect::<Vec<_>>())
+            })
+            .collect();
+        let seen: Vec<Vec<Decision>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let admitted: u64 = seen
+            .iter()
+            .zip(costs)
+            .flat_map(|(ds, cs)| {
+                ds.iter().zip(cs).filter(|(d, _)| d.is_admitted()).map(|(_, &c)| u64::from(c))
+            })
+            .sum();
+        assert!(admitted <= seen[0][0].limit(), "admitted {admitted} > limit");
+        clock.set(S + later);
+        let after = limiter.peek_n(1);
+        let [s0, s1]: [Vec<Decision>; 2] = seen.try_into().unwrap();
+        linearizable(&fresh, costs, [s0, s1], S, S + later, after);
+    });
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_token_bucket() {
+    let m = common::Gcra { capacity: 3, count: 1, period: S.into(), tat: None };
+    one_word("token-bucket capacity=3 rate=1/s", m, [&[2, 1], &[2]], S / 2);
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_discrete_bucket() {
+    let m = common::Discrete { capacity: 3, refill: 1, every: S.into(), state: None };
+    one_word("token-bucket capacity=3 refill=1 every=1s", m, [&[2, 1], &[2]], S);
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_leaky_bucket() {
+    let m = common::Leaky { burst: 2, count: 1, period: S.into(), delay: Some(1), state: None };
+    one_word("leaky-bucket rate=1/s burst=2 delay=1", m, [&[2, 1], &[2]], S / 3);
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_leaky_bucket_nginx() {
+    let m = common::Nginx::new(2, S.into(), 2, None);
+    one_word("leaky-bucket rate=2r/s burst=2 nodelay compat=nginx", m, [&[2, 1], &[2]], S / 4);
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_fixed_window() {
+    let m = common::Fixed { limit: 3, window: S.into(), first: true, state: None };
+    one_word("fixed-window limit=3 window=1s align=first", m, [&[2, 1], &[2]], S / 2);
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn one_word_sliding_window() {
+    let m = common::Sliding { limit: 3, window: S.into(), state: (0, 0, 0) };
+    one_word("sliding-window limit=3 window=1s", m, [&[2, 1], &[2]], S / 4);
+}
+
+#[test]
+fn one_word_sliding_log() {
+    // The log's mutex is not a CAS protocol, but the model checks it all the same.
+    let m = common::Log { limit: 3, window: S.into(), entries: vec![] };
+    one_word("sliding-log limit=3 window=1s", m, [&[2, 1], &[2]], S / 2);
+}
+
+#[test]
+#[cfg_attr(ratewell_broken = "reject_writes", should_panic)]
+fn rejection_racing_admission() {
+    model(|| {
+        let clock = ManualClock::new(0);
+        let limiter =
+            Arc::new(Limiter::with_clock(&policy("token-bucket capacity=2 rate=1/s"), clock));
+        let l = Arc::clone(&limiter);
+        let impossible = thread::spawn(move || l.check_n(5));
+        let taken = limiter.check_n(2);
+        assert!(impossible.join().unwrap().is_impossible());
+        assert!(taken.is_admitted());
+        // The rejection must not have undone the admission.
+        assert_eq!(limiter.check().outcome(), Outcome::Rejected);
+    });
+}
+
+/// A keyed limiter whose table is one bucket: every key competes for the same four slots.
+fn one_bucket(text: &str, clock: ManualClock) -> Arc<KeyedLimiter<str, ManualClock>> {
+    let limiter = KeyedLimiter::with_clock(&policy(text), 4, clock);
+    assert_eq!(limiter.capacity(), 4);
+    Arc::new(limiter)
+}
+
+#[test]
+fn keyed_one_key_two_threads_inserting() {
+    // Two threads insert the same new key: one entry, both decisions counted, bound kept.
+    model(|| {
+        let limiter = one_bucket("token-bucket capacity=3 rate=1/s", ManualClock::new(0));
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || l.check_n("k", 2));
+        let mine = limiter.check_n("k", 2);
+        let other = other.join().unwrap();
+        assert_ne!(mine.is_admitted(), other.is_admitted(), "exactly one of two fits");
+        assert_eq!(limiter.metrics().keys, 1);
+        assert_eq!(limiter.peek_n("k", 1).remaining(), 0);
+    });
+}
+
+#[test]
+#[cfg_attr(ratewell_broken = "store", should_panic)]
+fn keyed_one_key_concurrent_decisions() {
+    // A key already present, decided by two threads: no lost update.
+    model(|| {
+        let limiter = one_bucket("fixed-window limit=3 window=1s", ManualClock::new(0));
+        assert!(limiter.check("k").is_admitted());
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || l.check("k").is_admitted());
+        let mine = limiter.check("k").is_admitted();
+        assert!(mine && other.join().unwrap());
+        assert!(!limiter.check("k").is_admitted(), "3 of 3 taken: a lost update would admit a 4th");
+    });
+}
+
+#[test]
+#[cfg_attr(
+    any(ratewell_broken = "no_mask", ratewell_broken = "no_revalidate", ratewell_broken = "store"),
+    should_panic
+)]
+fn decision_racing_slot_reuse() {
+    // K's slot is evicted and given to K2 while a decision for K is in flight: that decision
+    // must never land on K2's state, even though K's and K2's states are equal.
+    model(|| {
+        let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
+        for full in ["a", "b", "c"] {
+            assert!(limiter.check_n(full, 2).is_admitted());
+        }
+        // K has used 1 of 2: the candidate closest to full, so the victim when K2 arrives.
+        assert!(limiter.check("K").is_admitted());
+        let l = Arc::clone(&limiter);
+        let k = thread::spawn(move || l.check("K").is_admitted());
+        let k2 = limiter.check("K2");
+        assert!(k2.is_admitted());
+        let _ = k.join().unwrap();
+        // K2 holds exactly its own one request (a peek of 1 more fits, leaving 0), unless K, back
+        // for a slot, evicted K2 in turn (K2 is then fresh). K's decision on K2 would fill it.
+        let peek = limiter.peek_n("K2", 1);
+        assert!(peek.is_admitted(), "K's decision landed on K2");
+        match limiter.metrics().evictions {
+            1 => assert_eq!(peek.remaining(), 0, "K2 lost its request"),
+            2 => assert_eq!(peek.remaining(), 1, "K2 evicted: fresh"),
+            n => panic!("{n} evictions"),
+        }
+    });
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "no_revalidate", ratewell_broken = "store"), should_panic)]
+fn reclaim_racing_decision() {
+    // At 1 s every key's window has expired: all four are reclaimable. K2's insert reclaims one
+    // while K takes a request: K's request must count (on K) and nothing is evicted.
+    model(|| {
+        let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
+        for key in ["K", "x", "y", "z"] {
+            assert!(limiter.check(key).is_admitted());
+        }
+        limiter.clock().set(S);
+        let l = Arc::clone(&limiter);
+        let k = thread::spawn(move || l.check("K").is_admitted());
+        assert!(limiter.check("K2").is_admitted());
+        assert!(k.join().unwrap());
+        assert_eq!(limiter.peek_n("K", 1).remaining(), 0, "K's request was lost");
+        assert_eq!(limiter.peek_n("K2", 1).remaining(), 0);
+        assert_eq!(limiter.metrics().evictions, 0, "only lossless reclaims were needed");
+    });
+}

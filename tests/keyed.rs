@@ -1,0 +1,318 @@
+//! The keyed limiter and its table: concurrency against the reference model, bounded capacity,
+//! lossless reclaim, lossy eviction, fail-closed refusal, overrides and policy changes.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use common::{Model, Verdict};
+use ratewell::{IpKey, KeyedLimiter, ManualClock, OnFull, Policy};
+
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// `threads` threads each make `per_thread` unit requests on every key of `keys`, phase by phase
+/// with the clock stepped in between; per key and phase, the admitted count must be the model's
+/// (at a fixed instant, unit requests are admitted up to what is available, in any order).
+fn stress<M: Model + Send + 'static>(
+    text: &str,
+    model: M,
+    keys: u64,
+    threads: usize,
+    per_thread: u64,
+) {
+    let clock = ManualClock::new(0);
+    let limiter = Arc::new(KeyedLimiter::<u64, _>::with_clock(&policy(text), 4096, clock.clone()));
+    let mut models: Vec<M> = (0..keys).map(|_| model.clone()).collect();
+    let phases = [0, 1, 10 * MS, 10 * MS, 250 * MS, 3 * S, 3 * S + 1, 100 * S];
+    for (phase, &t) in phases.iter().enumerate() {
+        clock.set(t);
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let limiter = Arc::clone(&limiter);
+                let barrier = Arc::clone(&barrier);
+                thread::spawn(move || {
+                    let mut admitted = vec![0u64; keys as usize];
+                    barrier.wait();
+                    for n in 0..per_thread {
+                        // Threads walk the keys in different orders.
+                        for k in 0..keys {
+                            let key = (k + n + i as u64) % keys;
+                            if limiter.check(&key).is_admitted() {
+                                admitted[key as usize] += 1;
+                            }
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut got = vec![0u64; keys as usize];
+        for h in handles {
+            for (g, a) in got.iter_mut().zip(h.join().unwrap()) {
+                *g += a;
+            }
+        }
+        for (k, m) in models.iter_mut().enumerate() {
+            let requests = threads as u64 * per_thread;
+            let want = (0..requests)
+                .filter(|_| matches!(m.step(t.into(), 1), Verdict::Admitted { .. }))
+                .count() as u64;
+            assert_eq!(got[k], want, "{text}: key {k}, phase {phase} (t = {t})");
+        }
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.evictions, m.refused), (0, 0), "{text}: no room was needed");
+}
+
+#[test]
+fn threads_on_one_hot_key_admit_exactly_the_model() {
+    let model = common::Gcra { capacity: 50, count: 10, period: S.into(), tat: None };
+    stress("token-bucket capacity=50 rate=10/s", model, 1, 4, 200);
+    let model = common::Leaky { burst: 20, count: 100, period: S.into(), delay: None, state: None };
+    stress("leaky-bucket rate=100r/s burst=20 nodelay", model, 1, 4, 200);
+    let model = common::Sliding { limit: 30, window: S.into(), state: (0, 0, 0) };
+    stress("sliding-window limit=30 window=1s", model, 1, 4, 200);
+}
+
+#[test]
+fn threads_on_many_keys_admit_exactly_the_model() {
+    let model = common::Fixed { limit: 7, window: S.into(), first: false, state: None };
+    stress("fixed-window limit=7 window=1s", model, 300, 4, 5);
+    let model = common::Discrete { capacity: 5, refill: 2, every: (100 * MS).into(), state: None };
+    stress("token-bucket capacity=5 refill=2 every=100ms", model, 300, 4, 5);
+    let model = common::Log { limit: 6, window: S.into(), entries: vec![] };
+    stress("sliding-log limit=6 window=1s", model, 100, 4, 5);
+    let model = common::Nginx::new(50, S.into(), 4, Some(0));
+    stress("leaky-bucket rate=50r/s burst=4 compat=nginx", model, 300, 4, 5);
+}
+
+#[test]
+fn racing_inserts_of_one_new_key_make_one_entry() {
+    for round in 0..200u64 {
+        let limiter = Arc::new(KeyedLimiter::<u64, _>::with_clock(
+            &policy("token-bucket capacity=3 rate=1/s"),
+            64,
+            ManualClock::new(0),
+        ));
+        let barrier = Arc::new(Barrier::new(4));
+        let admitted: u64 = (0..4)
+            .map(|_| {
+                let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    barrier.wait();
+                    u64::from(limiter.check(&round).is_admitted())
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum();
+        assert_eq!(
+            admitted, 3,
+            "round {round}: both decisions counted, never more than the bucket"
+        );
+        assert_eq!(limiter.metrics().keys, 1, "round {round}: one entry");
+    }
+}
+
+#[test]
+fn rejected_new_keys_take_no_slot() {
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("fixed-window limit=5 window=1s"),
+        64,
+        ManualClock::new(0),
+    );
+    for k in 0..1000 {
+        assert!(limiter.check_n(&k, 6).is_impossible());
+        assert!(limiter.peek_n(&k, 1).is_admitted());
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.admitted, m.rejected), (0, 0, 1000));
+}
+
+/// A table of exactly one bucket: every key has the same four candidate slots.
+fn one_bucket(text: &str, on_full: OnFull) -> KeyedLimiter<str, ManualClock> {
+    let limiter = KeyedLimiter::with_clock(&policy(text), 4, ManualClock::new(0)).on_full(on_full);
+    assert_eq!(limiter.capacity(), 4);
+    limiter
+}
+
+#[test]
+fn lossless_reclaim_changes_no_decision() {
+    let limiter = one_bucket("fixed-window limit=1 window=1s", OnFull::Refuse);
+    let reference = KeyedLimiter::<str, _>::with_clock(
+        &policy("fixed-window limit=1 window=1s"),
+        1 << 12,
+        ManualClock::new(0),
+    );
+    for round in 0..50u64 {
+        limiter.clock().set(round * S);
+        reference.clock().set(round * S);
+        for k in 0..4 {
+            let key = format!("r{round}k{k}");
+            assert_eq!(limiter.check(&key), reference.check(&key), "{key}");
+            assert_eq!(limiter.check(&key), reference.check(&key), "{key}, again");
+        }
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.evictions, m.refused), (4, 0, 0));
+    assert_eq!(m.reclaims, 49 * 4);
+}
+
+#[test]
+fn lossy_eviction_takes_the_key_closest_to_full() {
+    let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::EvictLeastGranting);
+    for (key, cost) in [("a", 5), ("b", 1), ("c", 7), ("d", 3)] {
+        assert!(limiter.check_n(key, cost).is_admitted());
+    }
+    // Every candidate is live: the one that used least (b) goes.
+    assert_eq!(limiter.check_n("e", 2).remaining(), 8);
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.evictions, m.reclaims), (4, 1, 0));
+    assert_eq!(limiter.peek_n("b", 1).remaining(), 9, "b starts fresh");
+    assert_eq!(limiter.peek_n("c", 1).remaining(), 2, "c kept its state");
+}
+
+#[test]
+fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
+    let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::Refuse);
+    for (key, cost) in [("a", 5), ("b", 1), ("c", 7), ("d", 3)] {
+        assert!(limiter.check_n(key, cost).is_admitted());
+    }
+    let d = limiter.check("e");
+    assert!(!d.is_admitted());
+    // b is back to full after 1 s: then its slot can be reclaimed for e.
+    assert_eq!(d.retry_after_ns(), Some(S));
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.refused, m.evictions), (4, 1, 0));
+    limiter.clock().set(S);
+    assert!(limiter.check("e").is_admitted());
+    assert_eq!(limiter.metrics().reclaims, 1);
+    assert_eq!(limiter.peek_n("c", 1).remaining(), 3, "c kept its state");
+}
+
+#[test]
+fn capacity_is_never_exceeded() {
+    for capacity in [1, 4, 5, 100, 4096, 10_000] {
+        let limiter = KeyedLimiter::<u64, _>::with_clock(
+            &policy("token-bucket capacity=5 rate=1/s"),
+            capacity,
+            ManualClock::new(0),
+        );
+        assert!(limiter.capacity() >= capacity as u64);
+        assert!(limiter.capacity() < capacity as u64 + 4 * 256);
+        for k in 0..(3 * capacity as u64 + 100) {
+            assert!(limiter.check(&k).is_admitted());
+            assert!(limiter.metrics().keys <= limiter.capacity());
+        }
+        assert_eq!(limiter.memory_bytes(), 16 * limiter.capacity());
+    }
+}
+
+#[test]
+fn overrides_and_policy_changes() {
+    let limiter = KeyedLimiter::<str, _>::with_clock(
+        &policy("fixed-window limit=2 window=1s"),
+        1000,
+        ManualClock::new(0),
+    );
+    assert!(limiter.check("free").is_admitted());
+    limiter.set_override("premium", &policy("fixed-window limit=100 window=1s")).unwrap();
+    assert_eq!(limiter.check("premium").remaining(), 99);
+    // An override set on a present key moves it, fresh.
+    assert!(limiter.check("later").is_admitted());
+    limiter.set_override("later", &policy("fixed-window limit=50 window=1s")).unwrap();
+    assert_eq!(limiter.check("later").remaining(), 49);
+    // The default changes for every key without an override; present keys start fresh under it.
+    limiter.set_policy(&policy("token-bucket capacity=3 rate=1/s")).unwrap();
+    assert_eq!(limiter.check("free").remaining(), 2);
+    assert_eq!(limiter.check("premium").remaining(), 98);
+    assert_eq!(limiter.policy().to_string(), "token-bucket capacity=3 rate=1/s");
+    limiter.clear_override("premium");
+    assert_eq!(limiter.check("premium").remaining(), 2);
+    // A sliding log cannot share a one-word table.
+    let err = limiter.set_policy(&policy("sliding-log limit=3 window=1s")).unwrap_err();
+    assert!(err.expected().contains("same kind"), "{err}");
+    // The registry is append-only and bounded.
+    let mut last = Ok(());
+    for n in 1..=300 {
+        last = limiter.set_policy(&policy(&format!("fixed-window limit={n} window=1s")));
+        if last.is_err() {
+            break;
+        }
+    }
+    assert!(last.unwrap_err().expected().contains("255"));
+    assert!(limiter.check("free").is_admitted(), "still works after the registry filled");
+}
+
+#[test]
+fn reset_forgets_one_key() {
+    let limiter = KeyedLimiter::<str, _>::with_clock(
+        &policy("fixed-window limit=1 window=1h"),
+        100,
+        ManualClock::new(0),
+    );
+    assert!(limiter.check("a").is_admitted());
+    assert!(limiter.check("b").is_admitted());
+    assert!(limiter.reset("a"));
+    assert!(!limiter.reset("a"));
+    assert!(limiter.check("a").is_admitted());
+    assert!(!limiter.check("b").is_admitted());
+    assert_eq!(limiter.metrics().keys, 2);
+}
+
+#[test]
+fn forget_fresh_drops_only_fresh_keys() {
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("token-bucket capacity=2 rate=1/s"),
+        100,
+        ManualClock::new(0),
+    );
+    for k in 0..10 {
+        limiter.check_n(&k, if k < 5 { 1 } else { 2 });
+    }
+    limiter.clock().set(S);
+    assert_eq!(limiter.forget_fresh(), 5, "one token back: the keys that took one are full");
+    assert_eq!(limiter.metrics().keys, 5);
+    assert_eq!(limiter.peek_n(&7, 2).retry_after_ns(), Some(S));
+}
+
+#[test]
+fn ip_keys_aggregate_ipv6_clients() {
+    let limiter = KeyedLimiter::<IpKey, _>::with_clock(
+        &policy("token-bucket capacity=5 rate=1/s"),
+        1000,
+        ManualClock::new(0),
+    );
+    // One client rotating through its /64 is one key.
+    for i in 0..5u16 {
+        let ip = format!("2001:db8:aa:bb:{i:x}::1").parse().unwrap();
+        assert!(limiter.check(&IpKey::new(ip)).is_admitted());
+    }
+    assert!(!limiter.check(&IpKey::new("2001:db8:aa:bb:ffff::".parse().unwrap())).is_admitted());
+    assert!(limiter.check(&IpKey::new("2001:db8:aa:bc::1".parse().unwrap())).is_admitted());
+    assert_eq!(limiter.metrics().keys, 2);
+}
+
+#[test]
+fn sliding_log_table_is_bounded_too() {
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("sliding-log limit=3 window=1s"),
+        8,
+        ManualClock::new(0),
+    );
+    for k in 0..100 {
+        assert!(limiter.check(&k).is_admitted());
+        assert!(limiter.metrics().keys <= limiter.capacity());
+    }
+    assert_eq!(limiter.metrics().evictions, 100 - limiter.capacity());
+    limiter.clock().set(2 * S);
+    assert_eq!(limiter.forget_fresh(), limiter.capacity());
+}
