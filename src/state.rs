@@ -28,7 +28,10 @@ pub(crate) enum Applied {
 /// Decide a request of `cost` at `now` against the word, and store the new state if admitted and
 /// `commit`. The word stores `state ^ mask`; `still_ours` is asked after every load.
 #[inline]
-#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "no_revalidate"), allow(unused_mut, dead_code))]
+#[cfg_attr(
+    any(ratewell_broken = "store", ratewell_broken = "no_revalidate"),
+    allow(unused_mut, dead_code)
+)]
 pub(crate) fn apply_masked(
     algorithm: &Algorithm,
     word: &AtomicU64,

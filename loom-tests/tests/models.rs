@@ -38,119 +38,195 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
-/// The verdicts two threads saw, each running its `costs` in order, must be those of some serial
+/// One step of a thread's program: a request of some cost, or setting the shared clock.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Check(u32),
+    Set(u64),
+}
+
+/// The verdicts two threads saw, each running its program in order, must be those of some serial
 /// interleaving of the two programs run through the model; and the state left must be that
 /// interleaving's (compared through a peek at `later`).
+///
+/// A request reads the clock once, somewhere between its thread's previous step and the point
+/// where it takes effect: in the serial order it may use any clock value current in that span.
 fn linearizable<M: Model>(
     fresh: &M,
-    costs: [&[u32]; 2],
+    programs: [&[Step]; 2],
     seen: [Vec<Decision>; 2],
-    now: u64,
+    start: u64,
     later: u64,
     after: Decision,
 ) {
-    let (a, b) = (costs[0].len(), costs[1].len());
-    // Every interleaving: choose which of the a+b steps belong to thread 0.
+    let (a, b) = (programs[0].len(), programs[1].len());
+    let order = |mask: u32| (0..a + b).map(move |step| usize::from(mask >> step & 1 == 0));
     let found = (0u32..1 << (a + b)).filter(|m| m.count_ones() as usize == a).any(|mask| {
-        let mut m = fresh.clone();
-        let (mut i, mut j) = (0, 0);
-        for step in 0..a + b {
-            let (cost, d) = if mask >> step & 1 == 1 {
-                i += 1;
-                (costs[0][i - 1], &seen[0][i - 1])
-            } else {
-                j += 1;
-                (costs[1][j - 1], &seen[1][j - 1])
-            };
-            if expect(&mut m, now.into(), cost.into(), true) != Expected::of(d) {
-                return false;
-            }
-        }
-        expect(&mut m, later.into(), 1, false) == Expected::of(&after)
+        let order: Vec<usize> = order(mask).collect();
+        explain(
+            fresh.clone(),
+            &order,
+            programs,
+            &seen,
+            [0, 0],
+            [0, 0],
+            start,
+            [vec![start], vec![start]],
+            later,
+            &after,
+        )
     });
     assert!(found, "no serial order explains {seen:?} then {after:?}");
 }
 
-/// Two threads on one direct limiter, mixed costs, then a peek after the clock moved.
+/// Depth-first over the clock values each request may have read.
+#[allow(clippy::too_many_arguments)]
+fn explain<M: Model>(
+    mut m: M,
+    order: &[usize],
+    programs: [&[Step]; 2],
+    seen: &[Vec<Decision>; 2],
+    mut next: [usize; 2],
+    mut decided: [usize; 2],
+    mut now: u64,
+    mut readable: [Vec<u64>; 2],
+    later: u64,
+    after: &Decision,
+) -> bool {
+    let Some((&t, rest)) = order.split_first() else {
+        return expect(&mut m, later.into(), 1, false) == Expected::of(after);
+    };
+    let step = programs[t][next[t]];
+    next[t] += 1;
+    match step {
+        Step::Set(to) => {
+            now = to;
+            readable.iter_mut().for_each(|r| r.push(to));
+            readable[t] = vec![to];
+            explain(m, rest, programs, seen, next, decided, now, readable, later, after)
+        }
+        Step::Check(cost) => {
+            let d = &seen[t][decided[t]];
+            decided[t] += 1;
+            let times = std::mem::replace(&mut readable[t], vec![now]);
+            times.iter().any(|&at| {
+                let mut m = m.clone();
+                expect(&mut m, at.into(), cost.into(), true) == Expected::of(d)
+                    && explain(
+                        m,
+                        rest,
+                        programs,
+                        seen,
+                        next,
+                        decided,
+                        now,
+                        readable.clone(),
+                        later,
+                        after,
+                    )
+            })
+        }
+    }
+}
+
+/// Two threads on one direct limiter running `programs` (mixed costs, clock moves), then a peek
+/// at `later`.
 fn one_word<M: Model + Send + Sync + 'static>(
     text: &'static str,
     fresh: M,
-    costs: [&'static [u32]; 2],
+    programs: [&'static [Step]; 2],
     later: u64,
 ) {
     model(move || {
         let clock = ManualClock::new(S);
         let limiter = Arc::new(Limiter::with_clock(&policy(text), clock.clone()));
-        let handles: Vec<_> = costs
+        let handles: Vec<_> = programs
             .iter()
-            .map(|&cs| {
-                let limiter = Arc::clone(&limiter);
-                thread::spawn(move || cs.iter().map(|&c| limiter.check_n(c)).collect::<Vec<_>>())
+            .map(|&program| {
+                let (limiter, clock) = (Arc::clone(&limiter), clock.clone());
+                thread::spawn(move || {
+                    let mut seen = vec![];
+                    for &step in program {
+                        match step {
+                            Step::Check(cost) => seen.push(limiter.check_n(cost)),
+                            Step::Set(t) => clock.set(t),
+                        }
+                    }
+                    seen
+                })
             })
             .collect();
         let seen: Vec<Vec<Decision>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let admitted: u64 = seen
-            .iter()
-            .zip(costs)
-            .flat_map(|(ds, cs)| {
-                ds.iter().zip(cs).filter(|(d, _)| d.is_admitted()).map(|(_, &c)| u64::from(c))
+        let costs = programs.iter().map(|p| {
+            p.iter().filter_map(|s| match s {
+                Step::Check(c) => Some(u64::from(*c)),
+                Step::Set(_) => None,
             })
+        });
+        let admitted: u64 = costs
+            .zip(&seen)
+            .flat_map(|(cs, ds)| cs.zip(ds).filter(|(_, d)| d.is_admitted()).map(|(c, _)| c))
             .sum();
-        assert!(admitted <= seen[0][0].limit(), "admitted {admitted} > limit");
-        clock.set(S + later);
+        // Every policy here holds 3 and refills less than 1 in the quarter second.
+        assert!(admitted <= 3, "admitted a cost of {admitted}; at most 3 fit");
+        clock.set(later);
         let after = limiter.peek_n(1);
         let [s0, s1]: [Vec<Decision>; 2] = seen.try_into().unwrap();
-        linearizable(&fresh, costs, [s0, s1], S, S + later, after);
+        linearizable(&fresh, programs, [s0, s1], S, later, after);
     });
 }
+
+/// Thread 0 takes 2, moves the clock on a quarter second, takes 1; thread 1 takes 2.
+const PROGRAMS: [&[Step]; 2] =
+    [&[Step::Check(2), Step::Set(S + S / 4), Step::Check(1)], &[Step::Check(2)]];
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_token_bucket() {
     let m = common::Gcra { capacity: 3, count: 1, period: S.into(), tat: None };
-    one_word("token-bucket capacity=3 rate=1/s", m, [&[2, 1], &[2]], S / 2);
+    one_word("token-bucket capacity=3 rate=1/s", m, PROGRAMS, S + S / 2);
 }
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_discrete_bucket() {
     let m = common::Discrete { capacity: 3, refill: 1, every: S.into(), state: None };
-    one_word("token-bucket capacity=3 refill=1 every=1s", m, [&[2, 1], &[2]], S);
+    one_word("token-bucket capacity=3 refill=1 every=1s", m, PROGRAMS, 2 * S);
 }
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_leaky_bucket() {
     let m = common::Leaky { burst: 2, count: 1, period: S.into(), delay: Some(1), state: None };
-    one_word("leaky-bucket rate=1/s burst=2 delay=1", m, [&[2, 1], &[2]], S / 3);
+    one_word("leaky-bucket rate=1/s burst=2 delay=1", m, PROGRAMS, S + S / 3);
 }
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_leaky_bucket_nginx() {
     let m = common::Nginx::new(2, S.into(), 2, None);
-    one_word("leaky-bucket rate=2r/s burst=2 nodelay compat=nginx", m, [&[2, 1], &[2]], S / 4);
+    one_word("leaky-bucket rate=2r/s burst=2 nodelay compat=nginx", m, PROGRAMS, S + S / 3);
 }
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_fixed_window() {
     let m = common::Fixed { limit: 3, window: S.into(), first: true, state: None };
-    one_word("fixed-window limit=3 window=1s align=first", m, [&[2, 1], &[2]], S / 2);
+    one_word("fixed-window limit=3 window=1s align=first", m, PROGRAMS, S + S / 2);
 }
 
 #[test]
 #[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
 fn one_word_sliding_window() {
     let m = common::Sliding { limit: 3, window: S.into(), state: (0, 0, 0) };
-    one_word("sliding-window limit=3 window=1s", m, [&[2, 1], &[2]], S / 4);
+    one_word("sliding-window limit=3 window=1s", m, PROGRAMS, S + S / 2);
 }
 
 #[test]
 fn one_word_sliding_log() {
     // The log's mutex is not a CAS protocol, but the model checks it all the same.
     let m = common::Log { limit: 3, window: S.into(), entries: vec![] };
-    one_word("sliding-log limit=3 window=1s", m, [&[2, 1], &[2]], S / 2);
+    one_word("sliding-log limit=3 window=1s", m, PROGRAMS, S + S / 2);
 }
 
 #[test]
