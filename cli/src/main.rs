@@ -1,7 +1,6 @@
 //! `ratewell`: run traffic through rate-limiting policies.
 
 mod replay;
-mod trace;
 
 use std::process::ExitCode;
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use ratewell::{KeyedLimiter, ManualClock, Policy};
 
-use crate::trace::{LineError, parse_line};
+use ratewell_cli::trace::{LineError, parse_line};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {

@@ -1,4 +1,6 @@
 //! The trace format of `SEMANTICS.md`: `t_ns,key[,cost]` per line.
+//!
+//! Public for the fuzz target of the trace reader; not a stable API.
 
 use std::fmt;
 
@@ -7,20 +9,33 @@ const MAX_T: u64 = i64::MAX as u64;
 
 /// One request of a trace.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Request<'a> {
-    pub(crate) t: u64,
-    pub(crate) key: &'a [u8],
-    pub(crate) cost: u32,
+pub struct Request<'a> {
+    /// Nanoseconds since the trace's start.
+    pub t: u64,
+    /// The key's bytes.
+    pub key: &'a [u8],
+    /// The cost, 1 by default.
+    pub cost: u32,
 }
 
 /// Why a line is not a request.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum LineError {
+pub enum LineError {
+    /// Not an integer from 0 to 2^63-1.
     Time(String),
+    /// Empty, or a character outside `[A-Za-z0-9_.:-]`.
     Key(String),
+    /// Not an integer from 1 to 2^32-1.
     Cost(String),
+    /// Not 2 or 3 comma-separated fields.
     Fields(usize),
-    Decreasing { t: u64, previous: u64 },
+    /// Earlier than the previous line.
+    Decreasing {
+        /// This line's timestamp.
+        t: u64,
+        /// The previous line's.
+        previous: u64,
+    },
 }
 
 impl fmt::Display for LineError {
@@ -70,7 +85,7 @@ fn key_byte(b: u8) -> bool {
 }
 
 /// Parse one line (without its `\n`). `Ok(None)` for a blank line.
-pub(crate) fn parse_line(line: &[u8]) -> Result<Option<Request<'_>>, LineError> {
+pub fn parse_line(line: &[u8]) -> Result<Option<Request<'_>>, LineError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.is_empty() {
         return Ok(None);

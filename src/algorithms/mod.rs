@@ -14,7 +14,10 @@
 //!   computed from a stale state, which can only be stricter, never more permissive;
 //! - a reading of the clock earlier than the time the state reflects (TSC skew between cores, a
 //!   clock change) is replaced by that time: the state never moves backwards and no capacity is
-//!   minted.
+//!   minted. This holds for readings earlier by less than the idle horizon: a field read modulo
+//!   `2^bits` cannot tell a reading earlier by more than that from a later one. The crate's own
+//!   clocks are monotonic (quanta's TSC scaling clamps a core behind another to the epoch), so only
+//!   a [`ManualClock`](crate::ManualClock) set decades back can get there.
 
 pub(crate) mod discrete;
 pub(crate) mod fixed;

@@ -69,6 +69,11 @@ fn min_true(mut lo: u128, mut hi: u128, f: impl Fn(u128) -> bool) -> u128 {
 
 const FOREVER: u128 = 1 << 100;
 
+/// Nanoseconds from `now` until `model` is back to full (a fresh key's equal).
+pub fn reset_after<M: Model>(model: &M, now: u128) -> u128 {
+    min_true(0, FOREVER, |w| model.is_full(now + w))
+}
+
 /// Decide with the model, deriving every field; the state advances only if `commit`.
 pub fn expect<M: Model>(model: &mut M, now: u128, cost: u128, commit: bool) -> Expected {
     let before = model.clone();
@@ -431,7 +436,12 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
                 let limit = written.map_or(u64::MAX, |w| w.saturating_add(horizon / 2));
                 now.saturating_add(g).min(limit).max(now).min(i64::MAX as u64)
             }
-            Gap::Back(g) => now.saturating_sub(g),
+            // A reading earlier than the state's time by more than the horizon reads as a later
+            // one (the wrap cannot tell them apart): out of the contract, so kept to a quarter.
+            Gap::Back(g) => {
+                let floor = written.map_or(0, |w| w.saturating_sub(horizon / 4));
+                now.saturating_sub(g).max(floor.min(now))
+            }
         };
         clock.set(now);
         let got = if op.peek { limiter.peek_n(op.cost) } else { limiter.check_n(op.cost) };
