@@ -104,7 +104,7 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
 }
 
 impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
-    /// A keyed limiter for up to `capacity` keys (rounded up to whole 64-byte buckets), reading
+    /// A keyed limiter for up to `capacity` keys (rounded up to whole 128-byte buckets of eight keys), reading
     /// time from `clock`.
     pub fn with_clock(policy: &Policy, capacity: usize, clock: C) -> Self {
         // Model checking and fuzzing replay executions: their hashes must not vary between runs.

@@ -59,8 +59,11 @@
 //!
 //! # Feature flags
 //!
-//! None yet. The `ratewell_loom` cfg (not a feature) switches the atomics to loom's for the model
-//! checks in `loom-tests/`.
+//! - `internals`: exposes the pure decide functions to the project's own benchmarks. Unstable, not
+//!   part of the API.
+//!
+//! The `ratewell_loom` cfg (not a feature) switches the atomics to loom's for the model checks in
+//! `loom-tests/`.
 //!
 //! # Caveats
 //!
@@ -87,6 +90,19 @@ mod sync;
 mod table;
 
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
+
+/// Unstable internals for the project's benchmarks: not part of the API.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    use crate::{Decision, Policy};
+
+    /// The pure decision of `policy`'s algorithm on a state word (not for the sliding log).
+    #[inline]
+    pub fn decide(policy: &Policy, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        policy.algorithm.decide(word, now, cost)
+    }
+}
 pub use decision::{Decision, Outcome};
 pub use ip::{IpKey, IpPrefixes};
 pub use keyed::{KeyedLimiter, Metrics};

@@ -137,12 +137,16 @@ fn rejected_new_keys_take_no_slot() {
     assert_eq!((m.keys, m.admitted, m.rejected), (0, 0, 1000));
 }
 
-/// A table of exactly one bucket: every key has the same four candidate slots.
+/// A table of exactly one bucket: every key has the same eight candidate slots.
 fn one_bucket(text: &str, on_full: OnFull) -> KeyedLimiter<str, ManualClock> {
-    let limiter = KeyedLimiter::with_clock(&policy(text), 4, ManualClock::new(0)).on_full(on_full);
-    assert_eq!(limiter.capacity(), 4);
+    let limiter = KeyedLimiter::with_clock(&policy(text), 8, ManualClock::new(0)).on_full(on_full);
+    assert_eq!(limiter.capacity(), 8);
     limiter
 }
+
+/// Eight keys with different amounts used of a 10-token bucket: "b" used least.
+const USED: [(&str, u32); 8] =
+    [("a", 5), ("b", 1), ("c", 7), ("d", 3), ("f", 4), ("g", 6), ("h", 2), ("i", 9)];
 
 #[test]
 fn lossless_reclaim_changes_no_decision() {
@@ -155,27 +159,27 @@ fn lossless_reclaim_changes_no_decision() {
     for round in 0..50u64 {
         limiter.clock().set(round * S);
         reference.clock().set(round * S);
-        for k in 0..4 {
+        for k in 0..8 {
             let key = format!("r{round}k{k}");
             assert_eq!(limiter.check(&key), reference.check(&key), "{key}");
             assert_eq!(limiter.check(&key), reference.check(&key), "{key}, again");
         }
     }
     let m = limiter.metrics();
-    assert_eq!((m.keys, m.evictions, m.refused), (4, 0, 0));
-    assert_eq!(m.reclaims, 49 * 4);
+    assert_eq!((m.keys, m.evictions, m.refused), (8, 0, 0));
+    assert_eq!(m.reclaims, 49 * 8);
 }
 
 #[test]
 fn lossy_eviction_takes_the_key_closest_to_full() {
     let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::EvictLeastGranting);
-    for (key, cost) in [("a", 5), ("b", 1), ("c", 7), ("d", 3)] {
+    for (key, cost) in USED {
         assert!(limiter.check_n(key, cost).is_admitted());
     }
     // Every candidate is live: the one that used least (b) goes.
     assert_eq!(limiter.check_n("e", 2).remaining(), 8);
     let m = limiter.metrics();
-    assert_eq!((m.keys, m.evictions, m.reclaims), (4, 1, 0));
+    assert_eq!((m.keys, m.evictions, m.reclaims), (8, 1, 0));
     assert_eq!(limiter.peek_n("b", 1).remaining(), 9, "b starts fresh");
     assert_eq!(limiter.peek_n("c", 1).remaining(), 2, "c kept its state");
 }
@@ -183,7 +187,7 @@ fn lossy_eviction_takes_the_key_closest_to_full() {
 #[test]
 fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
     let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::Refuse);
-    for (key, cost) in [("a", 5), ("b", 1), ("c", 7), ("d", 3)] {
+    for (key, cost) in USED {
         assert!(limiter.check_n(key, cost).is_admitted());
     }
     let d = limiter.check("e");
@@ -191,7 +195,7 @@ fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
     // b is back to full after 1 s: then its slot can be reclaimed for e.
     assert_eq!(d.retry_after_ns(), Some(S));
     let m = limiter.metrics();
-    assert_eq!((m.keys, m.refused, m.evictions), (4, 1, 0));
+    assert_eq!((m.keys, m.refused, m.evictions), (8, 1, 0));
     limiter.clock().set(S);
     assert!(limiter.check("e").is_admitted());
     assert_eq!(limiter.metrics().reclaims, 1);
@@ -207,7 +211,7 @@ fn capacity_is_never_exceeded() {
             ManualClock::new(0),
         );
         assert!(limiter.capacity() >= capacity as u64);
-        assert!(limiter.capacity() < capacity as u64 + 4 * 256);
+        assert!(limiter.capacity() < capacity as u64 + 8 * 256);
         for k in 0..(3 * capacity as u64 + 100) {
             assert!(limiter.check(&k).is_admitted());
             assert!(limiter.metrics().keys <= limiter.capacity());

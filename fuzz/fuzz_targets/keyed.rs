@@ -1,7 +1,7 @@
 #![no_main]
-//! The keyed table against a model of it: a few keys competing for the four slots of a one-bucket
+//! The keyed table against a model of it: a few keys competing for the eight slots of a one-bucket
 //! table that refuses new keys when full (so every outcome is determined: a new key gets a slot iff
-//! fewer than four other keys are live; refused, it is told to retry when the first live one is
+//! fewer than eight other keys are live; refused, it is told to retry when the first live one is
 //! back to full). Keys that are back to full are reclaimable, so they never block anything.
 use std::collections::HashMap;
 
@@ -30,8 +30,8 @@ struct Step {
 fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
     let Ok(policy) = text.parse::<Policy>() else { return };
     let clock = ManualClock::new(0);
-    let limiter = KeyedLimiter::<u8, _>::with_clock(&policy, 4, clock.clone()).on_full(OnFull::Refuse);
-    assert_eq!(limiter.capacity(), 4);
+    let limiter = KeyedLimiter::<u8, _>::with_clock(&policy, 8, clock.clone()).on_full(OnFull::Refuse);
+    assert_eq!(limiter.capacity(), 8);
     let scale = policy.window_ns().clamp(1, 1 << 40);
     let mut models: HashMap<u8, M> = HashMap::new();
     let mut now = 0u64;
@@ -42,7 +42,7 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
             _ => step.advance % (2 * scale + 1),
         };
         clock.set(now);
-        let key = step.key % 6;
+        let key = step.key % 12;
         let cost = u32::from(step.cost % 4) + 1;
         if step.kind >> 2 & 7 == 7 {
             limiter.reset(&key);
@@ -59,7 +59,7 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
                 let mut m = fresh.clone();
                 let e = common::expect(&mut m, t, cost.into(), !peek);
                 let needs_slot = !peek && e.outcome == ratewell::Outcome::Admitted;
-                if needs_slot && models.len() >= 4 {
+                if needs_slot && models.len() >= 8 {
                     let soonest = models.values().map(|m| common::reset_after(m, t)).min().unwrap();
                     Expected { outcome: ratewell::Outcome::Rejected, limit: e.limit, remaining: 0, reset_after: soonest, retry_after: Some(soonest), delay: 0 }
                 } else {
@@ -72,7 +72,7 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
         };
         let got: Decision = if peek { limiter.peek_n(&key, cost) } else { limiter.check_n(&key, cost) };
         assert_eq!(Expected::of(&got), want, "step {i} at t={now}, key {key}, cost {cost}, `{text}`");
-        assert!(limiter.metrics().keys <= 4);
+        assert!(limiter.metrics().keys <= 8);
     }
 }
 

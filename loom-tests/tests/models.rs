@@ -246,10 +246,10 @@ fn rejection_racing_admission() {
     });
 }
 
-/// A keyed limiter whose table is one bucket: every key competes for the same four slots.
+/// A keyed limiter whose table is one bucket: every key competes for the same eight slots.
 fn one_bucket(text: &str, clock: ManualClock) -> Arc<KeyedLimiter<str, ManualClock>> {
-    let limiter = KeyedLimiter::with_clock(&policy(text), 4, clock);
-    assert_eq!(limiter.capacity(), 4);
+    let limiter = KeyedLimiter::with_clock(&policy(text), 8, clock);
+    assert_eq!(limiter.capacity(), 8);
     Arc::new(limiter)
 }
 
@@ -293,7 +293,7 @@ fn decision_racing_slot_reuse() {
     // must never land on K2's state, even though K's and K2's states are equal.
     model(|| {
         let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
-        for full in ["a", "b", "c"] {
+        for full in ["a", "b", "c", "d", "e", "f", "g"] {
             assert!(limiter.check_n(full, 2).is_admitted());
         }
         // K has used 1 of 2: the candidate closest to full, so the victim when K2 arrives.
@@ -318,11 +318,11 @@ fn decision_racing_slot_reuse() {
 #[test]
 #[cfg_attr(any(ratewell_broken = "no_revalidate", ratewell_broken = "store"), should_panic)]
 fn reclaim_racing_decision() {
-    // At 1 s every key's window has expired: all four are reclaimable. K2's insert reclaims one
+    // At 1 s every key's window has expired: all eight are reclaimable. K2's insert reclaims one
     // while K takes a request: K's request must count (on K) and nothing is evicted.
     model(|| {
         let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
-        for key in ["K", "x", "y", "z"] {
+        for key in ["K", "t", "u", "v", "w", "x", "y", "z"] {
             assert!(limiter.check(key).is_admitted());
         }
         limiter.clock().set(S);

@@ -68,7 +68,9 @@ impl Leaky {
         (now_x, (diff + self.d as i64).max(0) as u64)
     }
 
-    #[inline]
+    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
+    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
+    #[inline(never)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let limit = self.burst + 1;
         let (now_x, backlog) = self.backlog(word, now);
@@ -116,7 +118,8 @@ impl Leaky {
 
     #[inline]
     fn to_ns(&self, x: u64) -> u64 {
-        ceil_div(u128::from(x), u128::from(self.n)) as u64
+        // `N' = 1` for every period that is a whole number of ns: no division at all.
+        if self.n == 1 { x } else { x.div_ceil(self.n) }
     }
 }
 

@@ -113,7 +113,9 @@ impl Nginx {
         }
     }
 
-    #[inline]
+    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
+    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
+    #[inline(never)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let now_ms = now / MS;
         let limit = self.burst + 1;

@@ -94,7 +94,9 @@ impl Sliding {
         weighted as u64 + at.cur
     }
 
-    #[inline]
+    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
+    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
+    #[inline(never)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let at = self.at(word, now);
         let est = self.estimate(&at);

@@ -1,0 +1,244 @@
+//! Nanoseconds per decision, against governor and the physical baselines, in one run.
+//!
+//! Groups: `baseline` (TSC reads, an uncontended CAS, a TSC read plus a CAS); `direct` (every
+//! algorithm's allowed and denied paths next to governor's direct check); `keyed` (hits at 1k, 1M
+//! and 10M keys next to governor's keyed limiter and a dependent DRAM pointer chase over the same
+//! working set); `contention` (1 and 2 threads on distinct keys and on one hot key, allowed and
+//! denied). See benches/README.md for the commands and the recorded results.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use ratewell::{KeyedLimiter, Limiter, Policy};
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+/// A policy of each algorithm that always admits (at one decision per ns at most), and one that
+/// denies after its first decision.
+const ALLOWING: &[(&str, &str)] = &[
+    ("gcra", "token-bucket capacity=1000000000 rate=1000000000/s"),
+    ("discrete", "token-bucket capacity=1000000000 refill=1000000000 every=1s"),
+    ("leaky", "leaky-bucket rate=1000000000/s burst=1000000000 nodelay"),
+    ("leaky_nginx", "leaky-bucket rate=1000000000r/s burst=200000 nodelay compat=nginx"),
+    ("fixed", "fixed-window limit=4000000000 window=1s"),
+    ("sliding", "sliding-window limit=10000000 window=1ms"),
+    ("sliding_log", "sliding-log limit=65536 window=1us"),
+];
+
+const DENYING: &[(&str, &str)] = &[
+    ("gcra", "token-bucket capacity=1 rate=1/h"),
+    ("discrete", "token-bucket capacity=1 refill=1 every=1h"),
+    ("leaky", "leaky-bucket rate=1/h nodelay"),
+    ("leaky_nginx", "leaky-bucket rate=1r/m nodelay compat=nginx"),
+    ("fixed", "fixed-window limit=1 window=1h"),
+    ("sliding", "sliding-window limit=1 window=1h"),
+    ("sliding_log", "sliding-log limit=1 window=1h"),
+];
+
+fn baseline(c: &mut Criterion) {
+    let mut g = c.benchmark_group("baseline");
+    let clock = quanta::Clock::new();
+    g.bench_function("quanta_raw", |b| b.iter(|| black_box(clock.raw())));
+    g.bench_function("quanta_now", |b| b.iter(|| black_box(clock.now())));
+    let _upkeep = quanta::Upkeep::new(Duration::from_millis(1)).start();
+    g.bench_function("quanta_recent", |b| b.iter(|| black_box(clock.recent())));
+    let word = AtomicU64::new(0);
+    g.bench_function("cas_uncontended", |b| {
+        b.iter(|| {
+            let v = word.load(Ordering::Relaxed);
+            black_box(word.compare_exchange(v, v + 1, Ordering::Relaxed, Ordering::Relaxed))
+        })
+    });
+    g.bench_function("quanta_raw_plus_cas", |b| {
+        b.iter(|| {
+            let t = clock.raw();
+            let v = word.load(Ordering::Relaxed);
+            black_box(word.compare_exchange(v, v ^ t, Ordering::Relaxed, Ordering::Relaxed))
+        })
+    });
+    g.finish();
+}
+
+fn direct(c: &mut Criterion) {
+    let mut g = c.benchmark_group("direct");
+    for (name, text) in ALLOWING {
+        let limiter = Limiter::new(&policy(text));
+        g.bench_function(BenchmarkId::new("allowed", name), |b| {
+            b.iter(|| black_box(limiter.check()))
+        });
+    }
+    for (name, text) in DENYING {
+        let limiter = Limiter::new(&policy(text));
+        limiter.check();
+        g.bench_function(BenchmarkId::new("denied", name), |b| {
+            b.iter(|| black_box(limiter.check()))
+        });
+    }
+    let quota = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+    let governor = RateLimiter::direct(quota);
+    g.bench_function(BenchmarkId::new("allowed", "governor"), |b| {
+        b.iter(|| black_box(governor.check().is_ok()))
+    });
+    let governor = RateLimiter::direct(Quota::per_hour(NonZeroU32::new(1).unwrap()));
+    let _ = governor.check();
+    g.bench_function(BenchmarkId::new("denied", "governor"), |b| {
+        b.iter(|| black_box(governor.check().is_ok()))
+    });
+    g.finish();
+}
+
+/// A cheap, full-period sequence over `0..2^64`, mapped into `0..n`: keys in random order.
+struct Keys {
+    x: u64,
+    n: u64,
+}
+
+impl Keys {
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.x =
+            self.x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((u128::from(self.x >> 16) * u128::from(self.n)) >> 48) as u64
+    }
+}
+
+/// A random cyclic permutation over `bytes / 64` cache lines: each step is one dependent access.
+fn pointer_chase(bytes: usize) -> Vec<u64> {
+    let lines = bytes / 64;
+    let stride = 8; // u64s per line
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    // Sattolo's algorithm: a single cycle through every line.
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = (x % i as u64) as usize;
+        order.swap(i, j);
+    }
+    let mut next = vec![0u64; lines * stride];
+    for w in 0..lines {
+        next[order[w] * stride] = (order[(w + 1) % lines] * stride) as u64;
+    }
+    next
+}
+
+fn keyed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+    let text = "token-bucket capacity=1000000000 rate=1000000000/s";
+    for n in [1_000u64, 1_000_000, 10_000_000] {
+        // Four slots a key: every key present (no eviction before ~28% load; see table.rs).
+        let limiter = KeyedLimiter::<u64>::new(&policy(text), 4 * n as usize);
+        for k in 0..n {
+            limiter.check(&k);
+        }
+        assert_eq!((limiter.metrics().keys, limiter.metrics().evictions), (n, 0));
+        let mut keys = Keys { x: 1, n };
+        g.bench_function(BenchmarkId::new("ratewell", n), |b| {
+            b.iter(|| black_box(limiter.check(&keys.next())))
+        });
+        let bytes = limiter.memory_bytes() as usize;
+        drop(limiter);
+
+        let chase = pointer_chase(bytes);
+        let mut at = 0u64;
+        g.bench_function(BenchmarkId::new("dram_chase", n), |b| {
+            b.iter(|| {
+                at = chase[at as usize];
+                black_box(at)
+            })
+        });
+        drop(chase);
+
+        let governor =
+            RateLimiter::keyed(Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap()));
+        for k in 0..n {
+            let _ = governor.check_key(&k);
+        }
+        let mut keys = Keys { x: 1, n };
+        g.bench_function(BenchmarkId::new("governor", n), |b| {
+            b.iter(|| black_box(governor.check_key(&keys.next()).is_ok()))
+        });
+    }
+    g.finish();
+}
+
+/// `threads` threads each make `iters` decisions with `op(thread, i)`; the wall time.
+fn parallel(threads: usize, iters: u64, op: Arc<dyn Fn(usize, u64) + Send + Sync>) -> Duration {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (barrier, op) = (Arc::clone(&barrier), Arc::clone(&op));
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..iters {
+                    op(t, i);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().unwrap();
+    }
+    start.elapsed()
+}
+
+fn contention(c: &mut Criterion) {
+    let mut g = c.benchmark_group("contention");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(20);
+    let allowing = Arc::new(KeyedLimiter::<u64>::new(&policy(ALLOWING[0].1), 1 << 17));
+    let hot_allowed = Arc::new(Limiter::new(&policy(ALLOWING[0].1)));
+    let hot_denied = Arc::new(Limiter::new(&policy(DENYING[0].1)));
+    hot_denied.check();
+    let keyed_denied = Arc::new(KeyedLimiter::<u64>::new(&policy(DENYING[0].1), 1 << 17));
+    for k in 0..1 << 14 {
+        allowing.check(&k);
+        keyed_denied.check(&k);
+    }
+    for threads in [1, 2] {
+        // Distinct keys: thread t walks its own 8,192 keys.
+        let l = Arc::clone(&allowing);
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+            black_box(l.check(&((t as u64) << 13 | (i & 8191))));
+        });
+        g.bench_function(BenchmarkId::new("distinct_keys_allowed", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+        let l = Arc::clone(&keyed_denied);
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+            black_box(l.check(&((t as u64) << 13 | (i & 8191))));
+        });
+        g.bench_function(BenchmarkId::new("distinct_keys_denied", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+        let l = Arc::clone(&hot_allowed);
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |_, _| {
+            black_box(l.check());
+        });
+        g.bench_function(BenchmarkId::new("hot_key_allowed", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+        let l = Arc::clone(&hot_denied);
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |_, _| {
+            black_box(l.check());
+        });
+        g.bench_function(BenchmarkId::new("hot_key_denied", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, baseline, direct, keyed, contention);
+criterion_main!(benches);

@@ -1,0 +1,169 @@
+#![allow(missing_docs)] // the benchmark macros generate undocumented modules
+//! Instructions per decision (iai-callgrind: deterministic, so a real regression gate).
+//!
+//! Callgrind counts a benchmark's setup too, so every benchmark runs twice, making `N` and `2N`
+//! decisions after the same setup: the difference divided by `N` is the cost of one decision
+//! (the loop adds about 2 instructions). `benches/iai_summary.py` prints that table;
+//! `.ci/run` checks the raw totals against `benches/ceilings.txt`.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use governor::clock::FakeRelativeClock;
+use governor::{Quota, RateLimiter};
+use iai_callgrind::{library_benchmark, library_benchmark_group, main};
+use ratewell::{KeyedLimiter, Limiter, ManualClock, Policy, QuantaClock, internals};
+
+/// Decisions in the `x1` run (the `x2` run makes twice as many).
+const N: u64 = 1000;
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+const GCRA: &str = "token-bucket capacity=1000000000 rate=1000000000/s";
+
+#[library_benchmark]
+#[bench::gcra_x1("token-bucket capacity=1000000 rate=1000/s", N)]
+#[bench::gcra_x2("token-bucket capacity=1000000 rate=1000/s", 2 * N)]
+#[bench::discrete_x1("token-bucket capacity=1000000 refill=1000 every=1s", N)]
+#[bench::discrete_x2("token-bucket capacity=1000000 refill=1000 every=1s", 2 * N)]
+#[bench::leaky_x1("leaky-bucket rate=1000r/s burst=1000000 nodelay", N)]
+#[bench::leaky_x2("leaky-bucket rate=1000r/s burst=1000000 nodelay", 2 * N)]
+#[bench::nginx_x1("leaky-bucket rate=1000r/s burst=200000 nodelay compat=nginx", N)]
+#[bench::nginx_x2("leaky-bucket rate=1000r/s burst=200000 nodelay compat=nginx", 2 * N)]
+#[bench::fixed_x1("fixed-window limit=1000000 window=1s", N)]
+#[bench::fixed_x2("fixed-window limit=1000000 window=1s", 2 * N)]
+#[bench::sliding_x1("sliding-window limit=1000000 window=1s", N)]
+#[bench::sliding_x2("sliding-window limit=1000000 window=1s", 2 * N)]
+fn decide(text: &str, n: u64) -> u64 {
+    let policy = policy(text);
+    let mut word = 0;
+    for i in 0..n {
+        let (d, next) = internals::decide(black_box(&policy), word, black_box(i * 1_000_000), 1);
+        word = next.unwrap_or(word);
+        black_box(d);
+    }
+    word
+}
+
+fn quanta_limiter(text: &str, drain: bool) -> Limiter<QuantaClock> {
+    let l = Limiter::new(&policy(text));
+    if drain {
+        l.check();
+    }
+    l
+}
+
+fn manual_limiter(text: &str, drain: bool) -> Limiter<ManualClock> {
+    let l = Limiter::with_clock(&policy(text), ManualClock::new(0));
+    if drain {
+        l.check();
+    }
+    l
+}
+
+#[library_benchmark]
+#[bench::allowed_x1(quanta_limiter(GCRA, false), N)]
+#[bench::allowed_x2(quanta_limiter(GCRA, false), 2 * N)]
+#[bench::denied_x1(quanta_limiter("token-bucket capacity=1 rate=1/h", true), N)]
+#[bench::denied_x2(quanta_limiter("token-bucket capacity=1 rate=1/h", true), 2 * N)]
+fn direct_tsc(limiter: Limiter<QuantaClock>, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.check());
+    }
+}
+
+#[library_benchmark]
+#[bench::allowed_x1(manual_limiter(GCRA, false), N)]
+#[bench::allowed_x2(manual_limiter(GCRA, false), 2 * N)]
+#[bench::denied_x1(manual_limiter("token-bucket capacity=1 rate=1/h", true), N)]
+#[bench::denied_x2(manual_limiter("token-bucket capacity=1 rate=1/h", true), 2 * N)]
+fn direct_manual(limiter: Limiter<ManualClock>, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.check());
+    }
+}
+
+/// 1,000 keys, all present: a table sized so that none was evicted (see the table's load notes).
+fn keyed_limiter() -> KeyedLimiter<u64, ManualClock> {
+    let l = KeyedLimiter::with_clock(&policy(GCRA), 8 * N as usize, ManualClock::new(0));
+    for k in 0..N {
+        l.check(&k);
+    }
+    assert_eq!((l.metrics().keys, l.metrics().evictions), (N, 0));
+    l
+}
+
+#[library_benchmark]
+#[bench::hit_1k_x1(keyed_limiter(), N)]
+#[bench::hit_1k_x2(keyed_limiter(), 2 * N)]
+fn keyed(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
+    for i in 0..n {
+        black_box(limiter.check(black_box(&(i % N))));
+    }
+}
+
+type GovernorDirect = RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    FakeRelativeClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+fn governor_direct(per_second: u32, drain: bool) -> GovernorDirect {
+    let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap());
+    let l = RateLimiter::direct_with_clock(quota, FakeRelativeClock::default());
+    if drain {
+        while l.check().is_ok() {}
+    }
+    l
+}
+
+#[library_benchmark]
+#[bench::allowed_x1(governor_direct(1_000_000_000, false), N)]
+#[bench::allowed_x2(governor_direct(1_000_000_000, false), 2 * N)]
+#[bench::denied_x1(governor_direct(1, true), N)]
+#[bench::denied_x2(governor_direct(1, true), 2 * N)]
+fn governor_direct_check(limiter: GovernorDirect, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.check().is_ok());
+    }
+}
+
+type GovernorKeyed = RateLimiter<
+    u64,
+    governor::state::keyed::DefaultKeyedStateStore<u64>,
+    FakeRelativeClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+fn governor_keyed() -> GovernorKeyed {
+    let quota = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+    let l = RateLimiter::dashmap_with_clock(quota, FakeRelativeClock::default());
+    for k in 0..N {
+        let _ = l.check_key(&k);
+    }
+    l
+}
+
+#[library_benchmark]
+#[bench::hit_1k_x1(governor_keyed(), N)]
+#[bench::hit_1k_x2(governor_keyed(), 2 * N)]
+fn governor_keyed_check(limiter: GovernorKeyed, n: u64) {
+    for i in 0..n {
+        black_box(limiter.check_key(black_box(&(i % N))).is_ok());
+    }
+}
+
+library_benchmark_group!(
+    name = ratewell_group;
+    benchmarks = decide, direct_tsc, direct_manual, keyed
+);
+
+library_benchmark_group!(
+    name = governor_group;
+    benchmarks = governor_direct_check, governor_keyed_check
+);
+
+main!(library_benchmark_groups = ratewell_group, governor_group);
