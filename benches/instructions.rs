@@ -1,9 +1,9 @@
 #![allow(missing_docs)] // the benchmark macros generate undocumented modules
 //! Instructions per decision (iai-callgrind: deterministic, so a real regression gate).
 //!
-//! Callgrind counts a benchmark's setup too, so every benchmark runs twice, making `N` and `2N`
-//! decisions after the same setup: the difference divided by `N` is the cost of one decision
-//! (the loop adds about 2 instructions). `benches/iai_summary.py` prints that table;
+//! Every benchmark runs twice, making `N` and `2N` decisions after the same setup: the difference
+//! divided by `N` is the cost of one decision, whatever constant work (function entry, anything
+//! of the setup callgrind sees) surrounds the loop; the loop itself adds about 2 instructions. `benches/iai.py summary` prints that table;
 //! `.ci/run` checks the raw totals against `benches/ceilings.txt`.
 
 use std::hint::black_box;
