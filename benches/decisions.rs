@@ -82,6 +82,15 @@ fn direct(c: &mut Criterion) {
             b.iter(|| black_box(limiter.check()))
         });
     }
+    let lean = Limiter::new(&policy(ALLOWING[0].1));
+    g.bench_function(BenchmarkId::new("allowed", "gcra_allow"), |b| {
+        b.iter(|| black_box(lean.allow()))
+    });
+    let lean = Limiter::new(&policy(DENYING[0].1));
+    lean.allow();
+    g.bench_function(BenchmarkId::new("denied", "gcra_allow"), |b| {
+        b.iter(|| black_box(lean.allow()))
+    });
     let quota = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
     let governor = RateLimiter::direct(quota);
     g.bench_function(BenchmarkId::new("allowed", "governor"), |b| {

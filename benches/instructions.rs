@@ -85,6 +85,28 @@ fn direct_manual(limiter: Limiter<ManualClock>, n: u64) {
     }
 }
 
+#[library_benchmark]
+#[bench::allowed_x1(quanta_limiter(GCRA, false), N)]
+#[bench::allowed_x2(quanta_limiter(GCRA, false), 2 * N)]
+#[bench::denied_x1(quanta_limiter("token-bucket capacity=1 rate=1/h", true), N)]
+#[bench::denied_x2(quanta_limiter("token-bucket capacity=1 rate=1/h", true), 2 * N)]
+fn allow_tsc(limiter: Limiter<QuantaClock>, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.allow());
+    }
+}
+
+#[library_benchmark]
+#[bench::allowed_x1(manual_limiter(GCRA, false), N)]
+#[bench::allowed_x2(manual_limiter(GCRA, false), 2 * N)]
+#[bench::denied_x1(manual_limiter("token-bucket capacity=1 rate=1/h", true), N)]
+#[bench::denied_x2(manual_limiter("token-bucket capacity=1 rate=1/h", true), 2 * N)]
+fn allow_manual(limiter: Limiter<ManualClock>, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.allow());
+    }
+}
+
 /// 1,000 keys, all present: a table sized so that none was evicted (see the table's load notes).
 fn keyed_limiter() -> KeyedLimiter<u64, ManualClock> {
     let l = KeyedLimiter::with_clock(&policy(GCRA), 8 * N as usize, ManualClock::new(0));
@@ -101,6 +123,15 @@ fn keyed_limiter() -> KeyedLimiter<u64, ManualClock> {
 fn keyed(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
     for i in 0..n {
         black_box(limiter.check(black_box(&(i % N))));
+    }
+}
+
+#[library_benchmark]
+#[bench::hit_1k_x1(keyed_limiter(), N)]
+#[bench::hit_1k_x2(keyed_limiter(), 2 * N)]
+fn keyed_allow(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
+    for i in 0..n {
+        black_box(limiter.allow(black_box(&(i % N))));
     }
 }
 
@@ -158,7 +189,7 @@ fn governor_keyed_check(limiter: GovernorKeyed, n: u64) {
 
 library_benchmark_group!(
     name = ratewell_group;
-    benchmarks = decide, direct_tsc, direct_manual, keyed
+    benchmarks = decide, direct_tsc, direct_manual, allow_tsc, allow_manual, keyed, keyed_allow
 );
 
 library_benchmark_group!(

@@ -14,6 +14,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::log_table::LogTable;
 use crate::policy::{Policy, PolicyError};
+use crate::state::Report;
 use crate::sync::Ordering;
 use crate::table::{MAX_POLICIES, OnFull, Policies, Table};
 
@@ -146,26 +147,44 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// Decide a request of `cost` for `key` and take it if admitted. `cost` 0 is treated as 1.
     #[inline]
     pub fn check_n(&self, key: &K, cost: u32) -> Decision {
-        let decision = self.decide(key, cost.max(1), true);
+        let decision = self.decide::<Decision>(key, cost.max(1), true);
         self.counts.record(decision.is_admitted());
         decision
+    }
+
+    /// Whether a request of cost 1 for `key` is admitted, taking it if so: the lean path.
+    #[inline]
+    pub fn allow(&self, key: &K) -> bool {
+        self.allow_n(key, 1)
+    }
+
+    /// Whether a request of `cost` for `key` is admitted, taking it if so: the lean path, for
+    /// callers that need only yes or no. It computes none of the decision's details (see
+    /// [`Limiter::allow_n`](crate::Limiter::allow_n)); the admission itself is the same.
+    #[inline]
+    pub fn allow_n(&self, key: &K, cost: u32) -> bool {
+        let admitted = self.decide::<bool>(key, cost.max(1), true);
+        self.counts.record(admitted);
+        admitted
     }
 
     /// Decide a request of `cost` for `key` without taking anything.
     #[inline]
     pub fn peek_n(&self, key: &K, cost: u32) -> Decision {
-        self.decide(key, cost.max(1), false)
+        self.decide::<Decision>(key, cost.max(1), false)
     }
 
     #[inline]
-    fn decide(&self, key: &K, cost: u32, commit: bool) -> Decision {
+    fn decide<R: Report>(&self, key: &K, cost: u32, commit: bool) -> R {
         let hash = self.hasher.hash_one(key);
         let now = self.clock.now();
         match &self.backend {
             Backend::Words(table) => {
-                table.decide(&self.registry, table.place(hash), now, cost, commit)
+                table.decide::<R, _>(&self.registry, table.place(hash), now, cost, commit)
             }
-            Backend::Logs(table) => table.decide(&self.registry, hash, now, cost, commit),
+            Backend::Logs(table) => {
+                R::from_decision(table.decide(&self.registry, hash, now, cost, commit))
+            }
         }
     }
 

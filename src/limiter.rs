@@ -33,9 +33,20 @@ impl Cell {
         commit: bool,
     ) -> Decision {
         match (self, algorithm) {
-            (Cell::Word(word), _) if commit => state::apply(algorithm, word, now, cost),
+            (Cell::Word(word), _) if commit => state::apply::<Decision>(algorithm, word, now, cost),
             (Cell::Word(word), _) => state::peek(algorithm, word, now, cost),
             (Cell::Log(log), Algorithm::Log(a)) => a.decide(&mut lock(log), now, cost, commit),
+            (Cell::Log(_), _) => unreachable!("a log cell belongs to a sliding-log policy"),
+        }
+    }
+
+    #[inline]
+    fn allow(&self, algorithm: &Algorithm, now: u64, cost: u32) -> bool {
+        match (self, algorithm) {
+            (Cell::Word(word), _) => state::apply::<bool>(algorithm, word, now, cost),
+            (Cell::Log(log), Algorithm::Log(a)) => {
+                a.decide(&mut lock(log), now, cost, true).is_admitted()
+            }
             (Cell::Log(_), _) => unreachable!("a log cell belongs to a sliding-log policy"),
         }
     }
@@ -109,6 +120,32 @@ impl<C: Clock> Limiter<C> {
     #[inline]
     pub fn check_n(&self, cost: u32) -> Decision {
         self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
+    }
+
+    /// Whether a request of cost 1 is admitted, taking it if so: the lean path.
+    #[inline]
+    pub fn allow(&self) -> bool {
+        self.allow_n(1)
+    }
+
+    /// Whether a request of `cost` is admitted, taking it if so: the lean path, for callers that
+    /// need only yes or no. It computes none of the decision's details (remaining, retry and reset
+    /// times, a leaky bucket's delay: use [`check_n`](Self::check_n) for those), which makes it
+    /// cheaper; the admission itself is the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Limiter, ManualClock, Policy};
+    ///
+    /// let limiter = Limiter::with_clock(&"fixed-window limit=2 window=1s".parse::<Policy>()?, ManualClock::new(0));
+    /// assert!(limiter.allow_n(2));
+    /// assert!(!limiter.allow());
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn allow_n(&self, cost: u32) -> bool {
+        self.cell.allow(&self.policy.algorithm, self.clock.now(), cost.max(1))
     }
 
     /// Decide a request of `cost` without taking anything.

@@ -19,10 +19,50 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The outcome of [`apply_masked`].
 #[cfg_attr(ratewell_broken = "no_revalidate", allow(dead_code))]
-pub(crate) enum Applied {
-    Done(Decision),
+pub(crate) enum Applied<R> {
+    Done(R),
     /// `still_ours` said the word changed owner: look the key up again.
     Moved,
+}
+
+/// What a decision reports: the full [`Decision`], or only whether it was admitted (the lean
+/// `allow` paths, from which the compiler drops the decision's arithmetic).
+pub(crate) trait Report: Sized {
+    /// Decide `cost` at `now` on the unmasked state `word`.
+    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>);
+    /// A new key refused for want of a slot.
+    fn refused(limit: u64, retry_after: u64) -> Self;
+    /// The report of a decision made in full (the sliding log's).
+    fn from_decision(decision: Decision) -> Self;
+}
+
+impl Report for Decision {
+    #[inline]
+    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        algorithm.decide(word, now, cost)
+    }
+    fn refused(limit: u64, retry_after: u64) -> Self {
+        Decision::rejected(limit, 0, retry_after, retry_after)
+    }
+    #[inline]
+    fn from_decision(decision: Decision) -> Self {
+        decision
+    }
+}
+
+impl Report for bool {
+    #[inline]
+    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let next = algorithm.admit(word, now, cost);
+        (next.is_some(), next)
+    }
+    fn refused(_: u64, _: u64) -> Self {
+        false
+    }
+    #[inline]
+    fn from_decision(decision: Decision) -> Self {
+        decision.is_admitted()
+    }
 }
 
 /// Decide a request of `cost` at `now` against the word, and store the new state if admitted and
@@ -32,7 +72,7 @@ pub(crate) enum Applied {
     any(ratewell_broken = "store", ratewell_broken = "no_revalidate"),
     allow(unused_mut, dead_code)
 )]
-pub(crate) fn apply_masked(
+pub(crate) fn apply_masked<R: Report>(
     algorithm: &Algorithm,
     word: &AtomicU64,
     mask: u64,
@@ -40,7 +80,7 @@ pub(crate) fn apply_masked(
     now: u64,
     cost: u32,
     commit: bool,
-) -> Applied {
+) -> Applied<R> {
     let mut current = word.load(Ordering::Acquire);
     loop {
         #[cfg(not(ratewell_broken = "no_revalidate"))]
@@ -49,25 +89,25 @@ pub(crate) fn apply_masked(
         }
         #[cfg(ratewell_broken = "no_revalidate")]
         let _ = &still_ours;
-        let (decision, next) = algorithm.decide(current ^ mask, now, cost);
+        let (report, next) = R::decide(algorithm, current ^ mask, now, cost);
         let Some(next) = next.filter(|_| commit) else {
             #[cfg(ratewell_broken = "reject_writes")]
             if commit {
                 word.store(current, Ordering::Relaxed);
             }
-            return Applied::Done(decision);
+            return Applied::Done(report);
         };
         #[cfg(ratewell_broken = "store")]
         {
             word.store(next ^ mask, Ordering::Relaxed);
-            return Applied::Done(decision);
+            return Applied::Done(report);
         }
         // `compare_exchange_weak` may fail spuriously; the loop recomputes from the value it
         // returns, which is the freshest one anyway.
         #[cfg(not(ratewell_broken = "store"))]
         match word.compare_exchange_weak(current, next ^ mask, Ordering::Relaxed, Ordering::Acquire)
         {
-            Ok(_) => return Applied::Done(decision),
+            Ok(_) => return Applied::Done(report),
             Err(actual) => current = actual,
         }
     }
@@ -75,9 +115,9 @@ pub(crate) fn apply_masked(
 
 /// The direct limiter's case: an unmasked word that never changes owner.
 #[inline]
-pub(crate) fn apply(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> Decision {
+pub(crate) fn apply<R: Report>(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> R {
     match apply_masked(algorithm, word, 0, || true, now, cost, true) {
-        Applied::Done(decision) => decision,
+        Applied::Done(report) => report,
         Applied::Moved => unreachable!("a direct limiter's word has one owner"),
     }
 }

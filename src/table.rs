@@ -82,8 +82,7 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 use crossbeam_utils::CachePadded;
 
-use crate::decision::Decision;
-use crate::state::{Applied, apply_masked};
+use crate::state::{Applied, Report, apply_masked};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -277,14 +276,14 @@ impl Table {
 
     /// Decide a request for the key at `place`; take it if admitted and `commit`.
     #[inline]
-    pub(crate) fn decide<P: Policies>(
+    pub(crate) fn decide<R: Report, P: Policies>(
         &self,
         policies: &P,
         place: Place,
         now: u64,
         cost: u32,
         commit: bool,
-    ) -> Decision {
+    ) -> R {
         'lookup: loop {
             let Some((slot, key)) = self.find(place) else {
                 match self.insert_slow(policies, place, now, cost, commit) {
@@ -316,17 +315,17 @@ impl Table {
     /// `None`: the key appeared meanwhile; decide again on the fast path.
     #[cold]
     #[inline(never)]
-    fn insert_slow<P: Policies>(
+    fn insert_slow<R: Report, P: Policies>(
         &self,
         policies: &P,
         place: Place,
         now: u64,
         cost: u32,
         commit: bool,
-    ) -> Option<Decision> {
+    ) -> Option<R> {
         let idx = policies.resolve(place.fp);
         let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
-        let (decision, next) = algorithm.decide(0, now, cost);
+        let (decision, next) = R::decide(algorithm, 0, now, cost);
         let Some(next) = next.filter(|_| commit) else { return Some(decision) };
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -352,8 +351,8 @@ impl Table {
                 }
                 Choice::Refuse { retry_after } => {
                     shard.refused.fetch_add(1, Ordering::Relaxed);
-                    let limit = decision.limit();
-                    return Some(Decision::rejected(limit, 0, retry_after, retry_after));
+                    let limit = algorithm.decide(0, now, 1).0.limit();
+                    return Some(R::refused(limit, retry_after));
                 }
             }
         }

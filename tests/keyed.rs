@@ -320,3 +320,27 @@ fn sliding_log_table_is_bounded_too() {
     limiter.clock().set(2 * S);
     assert_eq!(limiter.forget_fresh(), limiter.capacity());
 }
+
+#[test]
+fn allow_admits_exactly_what_check_admits() {
+    for text in [
+        "token-bucket capacity=3 rate=10/s",
+        "sliding-log limit=3 window=1s",
+        "leaky-bucket rate=5r/s burst=2",
+    ] {
+        let a = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, ManualClock::new(0));
+        let b = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, ManualClock::new(0));
+        for step in 0..2000u64 {
+            let t = step * 7 * MS;
+            a.clock().set(t);
+            b.clock().set(t);
+            let (key, cost) = (step % 5, 1 + (step % 3) as u32);
+            assert_eq!(
+                a.allow_n(&key, cost),
+                b.check_n(&key, cost).is_admitted(),
+                "{text}: step {step}"
+            );
+        }
+        assert_eq!(a.metrics().admitted, b.metrics().admitted);
+    }
+}

@@ -119,10 +119,10 @@ impl Fixed {
         }
     }
 
-    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
-    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
-    #[inline(never)]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    super::entry_points!();
+
+    #[inline(always)]
+    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let (count, end, low) = self.window(word, now);
         let cost = u64::from(cost);
         let reset = if count == 0 { 0 } else { end };

@@ -26,7 +26,7 @@
 //! A clock reading earlier than a previous one needs no special case: `TAT` only grows, and an
 //! earlier `now` sees less refill.
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, invalid, wrap_diff};
+use super::{Invalid, MIN_IDLE_HORIZON_NS, div, div_ceil, invalid, wrap_diff};
 use crate::decision::Decision;
 
 const OCCUPIED: u64 = 1 << 63;
@@ -112,10 +112,10 @@ impl Gcra {
         (now_x, wrap_diff(word & X_MASK, now_x, X_BITS))
     }
 
-    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
-    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
-    #[inline(never)]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    super::entry_points!();
+
+    #[inline(always)]
+    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let (now_x, diff) = self.debt(word, now);
         // `diff` may exceed `cap` only after an earlier clock reading; it is at most 2^62.
         let debt = diff.max(0) as u64;
@@ -148,14 +148,14 @@ impl Gcra {
     /// Whole tokens left with `debt` outstanding.
     #[inline]
     fn tokens(&self, debt: u64) -> u64 {
-        self.cap.saturating_sub(debt) / self.d
+        div(self.cap.saturating_sub(debt), self.d)
     }
 
     /// `1/N'` ns units to whole ns, rounded up.
     #[inline]
     fn to_ns(&self, x: u64) -> u64 {
         // `N' = 1` for every period that is a whole number of ns: no division at all.
-        if self.n == 1 { x } else { x.div_ceil(self.n) }
+        if self.n == 1 { x } else { div_ceil(x, self.n) }
     }
 }
 

@@ -70,11 +70,42 @@ pub(crate) const fn bits_for(n: u64) -> u32 {
     64 - n.leading_zeros()
 }
 
-/// `ceil(a / b)` for `b > 0`.
+/// `a / b`, or 0 for `b == 0` (never the case here): a division that cannot panic is free of side
+/// effects, so the compiler can drop it when only the admission is wanted (the `admit` paths).
 #[inline]
-pub(crate) fn ceil_div(a: u128, b: u128) -> u128 {
-    a.div_ceil(b)
+pub(crate) fn div(a: u64, b: u64) -> u64 {
+    a.checked_div(b).unwrap_or(0)
 }
+
+/// `ceil(a / b)`, or 0 for `b == 0`; see [`div`].
+#[inline]
+pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
+    if b == 0 { 0 } else { a.div_ceil(b) }
+}
+
+/// The two entry points of an algorithm around its `run` (always inlined into both): `decide`,
+/// with the full decision, and `admit`, only the word to store, from which the compiler drops the
+/// arithmetic of the decision's fields.
+///
+/// Neither is inlined into the dispatch of [`Algorithm`]: inlining every algorithm into one caller
+/// lets the compiler hoist each one's arithmetic ahead of the match (measured: ~100 wasted
+/// instructions a decision).
+macro_rules! entry_points {
+    () => {
+        /// The decision, and the word to store if admitted.
+        #[inline(never)]
+        pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+            self.run(word, now, cost)
+        }
+
+        /// The word to store if admitted; `None` if not.
+        #[inline(never)]
+        pub(crate) fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+            self.run(word, now, cost).1
+        }
+    };
+}
+pub(crate) use entry_points;
 
 /// Clamp a u128 nanosecond count into u64.
 #[inline]
@@ -108,6 +139,20 @@ impl Algorithm {
             Algorithm::Nginx(a) => a.decide(word, now, cost),
             Algorithm::Fixed(a) => a.decide(word, now, cost),
             Algorithm::Sliding(a) => a.decide(word, now, cost),
+            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
+        }
+    }
+
+    /// Only whether a one-word algorithm admits, and the word to store (the lean path).
+    #[inline]
+    pub(crate) fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        match self {
+            Algorithm::Gcra(a) => a.admit(word, now, cost),
+            Algorithm::Discrete(a) => a.admit(word, now, cost),
+            Algorithm::Leaky(a) => a.admit(word, now, cost),
+            Algorithm::Nginx(a) => a.admit(word, now, cost),
+            Algorithm::Fixed(a) => a.admit(word, now, cost),
+            Algorithm::Sliding(a) => a.admit(word, now, cost),
             Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
         }
     }

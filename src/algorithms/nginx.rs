@@ -113,10 +113,10 @@ impl Nginx {
         }
     }
 
-    // Not inlined into the dispatch: inlining every algorithm into one caller lets the compiler
-    // hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions).
-    #[inline(never)]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    super::entry_points!();
+
+    #[inline(always)]
+    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let now_ms = now / MS;
         let limit = self.burst + 1;
         let bound = self.burst * 1000;
@@ -133,9 +133,9 @@ impl Nginx {
             let last = if st.moves_last { now_ms } else { st.last_ms as u64 };
             let new_word = OCCUPIED | (excess_c << EXCESS_SHIFT) | (last & LAST_MASK);
             let delay_ms = match self.delay {
-                Some(free) if excess_c > free * 1000 => {
-                    u128::from(excess_c - free * 1000) * 1000 / u128::from(self.rate)
-                }
+                Some(free) if excess_c > free * 1000 => (u128::from(excess_c - free * 1000) * 1000)
+                    .checked_div(u128::from(self.rate))
+                    .unwrap_or(0),
                 _ => 0,
             };
             let after = Leaked {
@@ -155,8 +155,7 @@ impl Nginx {
             // `last`: the first such ms, at its first ns.
             let excess = st.leaked.unwrap_or(0) + Self::leaked_part(&st, self.rate, now_ms);
             let need = excess + 1000 * i128::from(cost) - i128::from(bound);
-            let ms = (need * 1000 + i128::from(self.rate) - 1) / i128::from(self.rate);
-            let retry = self.at_ms(st.last_ms + ms, now).max(1);
+            let retry = self.at_ms(st.last_ms + self.ms_to_leak(need), now).max(1);
             (Decision::rejected(limit, remaining_now, self.reset(&st, now), retry), None)
         }
     }
@@ -175,8 +174,15 @@ impl Nginx {
         let now_ms = now / MS;
         let excess = leaked + Self::leaked_part(st, self.rate, now_ms);
         let need = excess + 1000;
-        let ms = (need * 1000 + i128::from(self.rate) - 1) / i128::from(self.rate);
-        self.at_ms(st.last_ms + ms, now)
+        self.at_ms(st.last_ms + self.ms_to_leak(need), now)
+    }
+
+    /// Whole ms after which `floor(rate*ms/1000) >= need` (milli-requests).
+    #[inline]
+    fn ms_to_leak(&self, need: i128) -> i128 {
+        let rate = i128::from(self.rate);
+        // `rate` is at least 1 (checked at construction); `checked_div` keeps this panic-free.
+        (need * 1000 + rate - 1).checked_div(rate).unwrap_or(0)
     }
 
     /// Nanoseconds from `now` to the start of absolute millisecond `ms` (0 if already past).

@@ -425,6 +425,8 @@ pub enum Gap {
 pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> Result<(), String> {
     let clock = ManualClock::new(start);
     let limiter = Limiter::with_clock(policy, clock.clone());
+    // The lean path, kept in lockstep: it must admit exactly what `check_n` admits.
+    let lean = Limiter::with_clock(policy, clock.clone());
     let horizon = policy.idle_horizon_ns().min(u128::from(i64::MAX as u64)) as u64;
     let mut now = start;
     // Exactness is promised while a key's silence (time since its state was last written) stays
@@ -445,6 +447,9 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
         };
         clock.set(now);
         let got = if op.peek { limiter.peek_n(op.cost) } else { limiter.check_n(op.cost) };
+        if !op.peek && lean.allow_n(op.cost) != got.is_admitted() {
+            return Err(format!("step {i} ({op:?}) at t={now}: allow_n disagrees with {got:?}"));
+        }
         if !op.peek && got.is_admitted() {
             written = Some(written.map_or(now, |w| w.max(now)));
         }
