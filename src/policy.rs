@@ -297,7 +297,7 @@ struct DisplayNs(u64);
 impl fmt::Display for DisplayNs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let &(name, ns) =
-            UNITS.iter().rev().find(|&&(_, ns)| self.0 % ns == 0).unwrap_or(&UNITS[0]);
+            UNITS.iter().rev().find(|&&(_, ns)| self.0.is_multiple_of(ns)).unwrap_or(&UNITS[0]);
         write!(f, "{}{}", self.0 / ns, name)
     }
 }

@@ -19,7 +19,7 @@ const D: u64 = 24 * H;
 
 fn duration_text(ns: u64) -> String {
     for (unit, size) in [("d", D), ("h", H), ("m", M), ("s", S), ("ms", MS), ("us", US)] {
-        if ns % size == 0 {
+        if ns.is_multiple_of(size) {
             return format!("{}{unit}", ns / size);
         }
     }
