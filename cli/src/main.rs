@@ -1,5 +1,6 @@
 //! `ratewell`: run traffic through rate-limiting policies.
 
+mod progress;
 mod replay;
 
 use std::process::ExitCode;

@@ -2,12 +2,14 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 
-use ratewell::{KeyedLimiter, ManualClock, Policy};
+use ratewell::{Decision, KeyedLimiter, ManualClock, Policy};
 
-use ratewell_cli::trace::{LineError, parse_line};
+use ratewell_cli::trace::Reader;
+
+use crate::progress::FileProgress;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -15,8 +17,14 @@ pub(crate) struct Args {
     #[arg(long)]
     policy: String,
     /// Print admitted/rejected per key and in total instead of one line per request.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     summary: bool,
+    /// `contract`: `1`/`0` per request (`1,<delay_ns>` for a delaying leaky bucket), exactly as
+    /// SEMANTICS.md says. `full`: a CSV with a header and every field of each decision:
+    /// `admitted,delay_ns,remaining,retry_after_ns,reset_after_ns` (`retry_after_ns` is empty for
+    /// an admitted request and for one that can never pass).
+    #[arg(long, value_enum, default_value_t = Format::Contract)]
+    format: Format,
     /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front). Beyond it,
     /// keys whose state is back to fresh are reclaimed without changing any decision; only if all
     /// of a new key's candidate slots are live is one evicted.
@@ -26,11 +34,17 @@ pub(crate) struct Args {
     file: Option<PathBuf>,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Contract,
+    Full,
+}
+
 /// 2^20 keys: 16 MiB of table.
-const DEFAULT_CAPACITY: usize = 1 << 20;
+pub(crate) const DEFAULT_CAPACITY: usize = 1 << 20;
 
 /// Progress on stderr for traces above this size, when stderr is a terminal.
-const PROGRESS_BYTES: u64 = 16 << 20;
+pub(crate) const PROGRESS_BYTES: u64 = 16 << 20;
 
 pub(crate) fn run(args: &Args) -> Result<(), String> {
     let policy: Policy = args.policy.parse().map_err(|e| format!("--policy: {e}"))?;
@@ -43,20 +57,45 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         }
         None => (Box::new(io::stdin().lock()), None),
     };
-    let progress = size.filter(|&s| s >= PROGRESS_BYTES && io::stderr().is_terminal());
+    let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
     let limiter = KeyedLimiter::<[u8], _>::with_clock(&policy, args.capacity, ManualClock::new(0));
-    let input = BufReader::with_capacity(1 << 16, input);
-    let result = replay(&limiter, input, &mut out, args.summary, progress);
+    let reader = Reader::new(BufReader::with_capacity(1 << 16, input));
+    let output = match (args.summary, args.format) {
+        (true, _) => Output::Summary,
+        (false, Format::Contract) => Output::Contract { delays: policy.delays() },
+        (false, Format::Full) => Output::Full,
+    };
+    let result = replay(&limiter, reader, &mut out, output, progress);
     // Whatever happened, what was written ends at a line boundary: flush it.
     let flushed = out.flush();
     match (result, flushed) {
-        (Err(e), _) => Err(e),
-        (Ok(()), Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        (Ok(()), Err(e)) => Err(format!("cannot write output: {e}")),
+        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            Ok(())
+        }
+        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => Err(format!("cannot write output: {e}")),
+        (Err(Failure::Read(e)), _) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+enum Failure {
+    Read(String),
+    Write(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Write(e)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Output {
+    Contract { delays: bool },
+    Full,
+    Summary,
 }
 
 struct KeyStats {
@@ -67,91 +106,69 @@ struct KeyStats {
 
 fn replay(
     limiter: &KeyedLimiter<[u8], ManualClock>,
-    mut input: impl BufRead,
+    mut reader: Reader<impl io::BufRead>,
     out: &mut impl Write,
-    summary: bool,
-    progress: Option<u64>,
-) -> Result<(), String> {
+    output: Output,
+    mut progress: FileProgress,
+) -> Result<(), Failure> {
     let clock = limiter.clock();
     // Per-key counts only for --summary: the table keeps no keys, so a replay of millions of
     // distinct keys stays within the table's memory.
     let mut ids: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut stats: Vec<KeyStats> = Vec::new();
-    let delays = limiter.policy().delays();
-    let mut line = Vec::with_capacity(128);
-    let mut previous = 0;
-    let mut number = 0u64;
-    let mut read = 0u64;
-    let mut reported = 0u64;
-    let write_err = |e: io::Error| {
-        if e.kind() == io::ErrorKind::BrokenPipe {
-            String::new()
-        } else {
-            format!("cannot write output: {e}")
-        }
-    };
+    if let Output::Full = output {
+        out.write_all(b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns\n")?;
+    }
     loop {
-        line.clear();
-        let n =
-            input.read_until(b'\n', &mut line).map_err(|e| format!("cannot read trace: {e}"))?;
-        if n == 0 {
-            break;
-        }
-        number += 1;
-        read += n as u64;
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        let request = match parse_line(text) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => return Err(format!("line {number}: {e}")),
+        let request = match reader.next() {
+            Ok(Some(request)) => request,
+            Ok(None) => break,
+            Err(e) => return Err(Failure::Read(e.to_string())),
         };
-        if request.t < previous {
-            let e = LineError::Decreasing { t: request.t, previous };
-            return Err(format!("line {number}: {e}"));
-        }
-        previous = request.t;
         clock.set(request.t);
         let decision = limiter.check_n(request.key, request.cost);
-        if summary {
-            let id = *ids.entry(request.key.to_vec()).or_insert_with(|| {
-                stats.push(KeyStats { name: request.key.to_vec(), admitted: 0, rejected: 0 });
-                stats.len() - 1
-            });
-            let entry = &mut stats[id];
-            if decision.is_admitted() {
-                entry.admitted += 1;
-            } else {
-                entry.rejected += 1;
+        match output {
+            Output::Summary => {
+                let id = *ids.entry(request.key.to_vec()).or_insert_with(|| {
+                    stats.push(KeyStats { name: request.key.to_vec(), admitted: 0, rejected: 0 });
+                    stats.len() - 1
+                });
+                let entry = &mut stats[id];
+                if decision.is_admitted() {
+                    entry.admitted += 1;
+                } else {
+                    entry.rejected += 1;
+                }
             }
+            Output::Contract { delays } => match (decision.is_admitted(), delays) {
+                (true, true) => writeln!(out, "1,{}", decision.delay_ns())?,
+                (true, false) => out.write_all(b"1\n")?,
+                (false, _) => out.write_all(b"0\n")?,
+            },
+            Output::Full => write_full(out, &decision)?,
         }
-        if !summary {
-            let written = match (decision.is_admitted(), delays) {
-                (true, true) => writeln!(out, "1,{}", decision.delay_ns()),
-                (true, false) => out.write_all(b"1\n"),
-                (false, _) => out.write_all(b"0\n"),
-            };
-            written.map_err(write_err)?;
-        }
-        if let Some(total) = progress {
-            if read - reported >= total / 100 {
-                reported = read;
-                eprint!("\rreplay: {:3}% ({number} lines)", read * 100 / total);
-            }
-        }
+        progress.update(reader.bytes(), reader.lines());
     }
-    if progress.is_some() {
-        eprintln!("\rreplay: 100% ({number} lines)");
-    }
-    if summary {
+    progress.finish(reader.lines());
+    if let Output::Summary = output {
         let (mut admitted, mut rejected) = (0, 0);
-        writeln!(out, "key,admitted,rejected").map_err(write_err)?;
+        writeln!(out, "key,admitted,rejected")?;
         for s in &stats {
             admitted += s.admitted;
             rejected += s.rejected;
-            out.write_all(&s.name).map_err(write_err)?;
-            writeln!(out, ",{},{}", s.admitted, s.rejected).map_err(write_err)?;
+            out.write_all(&s.name)?;
+            writeln!(out, ",{},{}", s.admitted, s.rejected)?;
         }
-        writeln!(out, "*,{admitted},{rejected}").map_err(write_err)?;
+        writeln!(out, "*,{admitted},{rejected}")?;
     }
     Ok(())
+}
+
+fn write_full(out: &mut impl Write, d: &Decision) -> io::Result<()> {
+    let admitted = u8::from(d.is_admitted());
+    write!(out, "{admitted},{},{},", d.delay_ns(), d.remaining())?;
+    if let Some(retry) = d.retry_after_ns() {
+        write!(out, "{retry}")?;
+    }
+    writeln!(out, ",{}", d.reset_after_ns())
 }

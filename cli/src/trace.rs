@@ -3,6 +3,7 @@
 //! Public for the fuzz target of the trace reader; not a stable API.
 
 use std::fmt;
+use std::io::{self, BufRead};
 
 /// The largest timestamp, `2^63 - 1` ns.
 const MAX_T: u64 = i64::MAX as u64;
@@ -84,30 +85,121 @@ fn key_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')
 }
 
+/// A line without its `\n`.
+fn content(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\n").unwrap_or(line)
+}
+
+/// Whether a line (without its `\n`) is blank: empty but for a `\r`.
+fn is_blank(line: &[u8]) -> bool {
+    line.is_empty() || line == b"\r"
+}
+
 /// Parse one line (without its `\n`). `Ok(None)` for a blank line.
 pub fn parse_line(line: &[u8]) -> Result<Option<Request<'_>>, LineError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() {
+    if is_blank(line) {
         return Ok(None);
     }
-    let fields: Vec<&[u8]> = line.split(|&b| b == b',').collect();
-    if !(2..=3).contains(&fields.len()) {
-        return Err(LineError::Fields(fields.len()));
-    }
-    let t = integer(fields[0])
-        .filter(|&t| t <= MAX_T)
-        .ok_or_else(|| LineError::Time(shown(fields[0])))?;
-    let key = fields[1];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // At most three fields, without allocating; the count is only needed for the error.
+    let mut split = line.split(|&b| b == b',');
+    let (Some(time), Some(key), cost, None) =
+        (split.next(), split.next(), split.next(), split.next())
+    else {
+        return Err(LineError::Fields(line.iter().filter(|&&b| b == b',').count() + 1));
+    };
+    let t = integer(time).filter(|&t| t <= MAX_T).ok_or_else(|| LineError::Time(shown(time)))?;
     if key.is_empty() || !key.iter().all(|&b| key_byte(b)) {
         return Err(LineError::Key(shown(key)));
     }
-    let cost = match fields.get(2) {
+    let cost = match cost {
         None | Some([]) => 1,
         Some(c) => integer(c)
             .filter(|c| (1..=u64::from(u32::MAX)).contains(c))
             .ok_or_else(|| LineError::Cost(shown(c)))? as u32,
     };
     Ok(Some(Request { t, key, cost }))
+}
+
+/// Why a trace could not be read to its end.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The input failed.
+    Io(io::Error),
+    /// A line is not a request, or goes back in time.
+    Line {
+        /// Its number, from 1.
+        number: u64,
+        /// What is wrong with it.
+        error: LineError,
+    },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "cannot read trace: {e}"),
+            ReadError::Line { number, error } => write!(f, "line {number}: {error}"),
+        }
+    }
+}
+
+/// Reads a trace line by line: skips blank lines, checks that time never goes back, and keeps
+/// count of lines and bytes (for progress reports).
+#[derive(Debug)]
+pub struct Reader<R> {
+    input: R,
+    line: Vec<u8>,
+    number: u64,
+    bytes: u64,
+    previous: u64,
+}
+
+impl<R: BufRead> Reader<R> {
+    /// A reader of `input`.
+    pub fn new(input: R) -> Self {
+        Reader { input, line: Vec::with_capacity(128), number: 0, bytes: 0, previous: 0 }
+    }
+
+    /// The next request; `None` at the end of the trace.
+    #[allow(clippy::should_implement_trait)] // It lends from `self`: not an `Iterator`.
+    pub fn next(&mut self) -> Result<Option<Request<'_>>, ReadError> {
+        loop {
+            self.line.clear();
+            let n = self.input.read_until(b'\n', &mut self.line).map_err(ReadError::Io)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.number += 1;
+            self.bytes += n as u64;
+            if !is_blank(content(&self.line)) {
+                break;
+            }
+        }
+        let number = self.number;
+        match parse_line(content(&self.line)) {
+            Ok(Some(request)) if request.t < self.previous => Err(ReadError::Line {
+                number,
+                error: LineError::Decreasing { t: request.t, previous: self.previous },
+            }),
+            Ok(Some(request)) => {
+                self.previous = request.t;
+                Ok(Some(request))
+            }
+            Ok(None) => unreachable!("blank lines are skipped above"),
+            Err(error) => Err(ReadError::Line { number, error }),
+        }
+    }
+
+    /// Lines read so far (blank ones included).
+    pub fn lines(&self) -> u64 {
+        self.number
+    }
+
+    /// Bytes read so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
 }
 
 #[cfg(test)]

@@ -2,26 +2,11 @@
 //! offending token or line; nothing panics, and stdout holds only whole lines written before the
 //! error.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
 
 fn replay(args: &[&str], trace: &str) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ratewell"))
-        .arg("replay")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ratewell");
-    // The process may exit before reading (a bad policy): ignore a broken pipe.
-    let _ = child.stdin.take().unwrap().write_all(trace.as_bytes());
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let run = common::ratewell(&[&["replay"], args].concat(), trace);
+    (run.code, run.out, run.err)
 }
 
 fn assert_clean_failure(code: Option<i32>, err: &str, context: &str) {

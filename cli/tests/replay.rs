@@ -1,27 +1,12 @@
 //! `ratewell replay` on hand-worked traces, one per algorithm: each expected line is derived in the
 //! comment beside it from SEMANTICS.md, not read off the implementation.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
 
 fn replay(policy: &str, extra: &[&str], trace: &str) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ratewell"))
-        .arg("replay")
-        .arg("--policy")
-        .arg(policy)
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ratewell");
-    child.stdin.take().unwrap().write_all(trace.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    let args = [&["replay", "--policy", policy], extra].concat();
+    let run = common::ratewell(&args, trace);
+    (run.code.unwrap_or(-1), run.out, run.err)
 }
 
 /// Replay `trace` (lines `t,key[,cost]  # expected`) and compare with the expected column.
@@ -286,4 +271,44 @@ fn small_capacity_is_lossless_when_keys_go_idle() {
         assert!(limited, "{policy}: a trace that limits");
         assert!(small == unbounded, "{policy}: capacity 16 changed decisions");
     }
+}
+
+/// `--format full`: a header, then every field of each decision (worked out by hand).
+#[test]
+fn full_format_has_every_field() {
+    // Token bucket of 2 at 1/s (T = 1 s), all at t = 0 but the last:
+    let trace = "0,a\n0,a\n0,a\n500000000,a,3\n";
+    let want = "admitted,delay_ns,remaining,retry_after_ns,reset_after_ns\n\
+                1,0,1,,1000000000\n\
+                1,0,0,,2000000000\n\
+                0,0,0,1000000000,2000000000\n\
+                0,0,0,,1500000000\n";
+    // 1: 2 tokens -> 1 left, full again 1 s later. 2: 0 left, full in 2 s.
+    // 3: refused: one token back in 1 s; full still in 2 s.
+    // 4: cost 3 > capacity 2: impossible, no retry time; 0.5 s later it is full in 1.5 s.
+    let (code, out, err) = replay("token-bucket capacity=2 rate=1/s", &["--format", "full"], trace);
+    assert_eq!((code, out.as_str()), (0, want), "{err}");
+
+    // nginx leaky bucket at 10r/s (T = 100 ms), burst 2, delaying: excess 0, 1, 2 are admitted
+    // and delayed 0, 100, 200 ms; the fourth (excess 3 > 2) is refused.
+    let (code, out, err) =
+        replay("leaky-bucket rate=10r/s burst=2", &["--format", "full"], "0,a\n0,a\n0,a\n0,a\n");
+    assert_eq!(code, 0, "{err}");
+    let columns: Vec<(&str, &str)> = out
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            assert_eq!(cells.len(), 5, "{l}");
+            (cells[0], cells[1])
+        })
+        .collect();
+    assert_eq!(columns, [("1", "0"), ("1", "100000000"), ("1", "200000000"), ("0", "0")]);
+
+    // The contract output is unchanged, and --summary excludes --format.
+    let (_, out, _) = replay("leaky-bucket rate=10r/s burst=2", &[], "0,a\n0,a\n");
+    assert_eq!(out, "1,0\n1,100000000\n");
+    let (code, _, err) =
+        replay("fixed-window limit=1 window=1s", &["--summary", "--format", "full"], "0,a\n");
+    assert_eq!(code, 2, "{err}");
 }
