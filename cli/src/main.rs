@@ -1,5 +1,8 @@
 //! `ratewell`: run traffic through rate-limiting policies.
 
+mod chart;
+mod compare;
+mod output;
 mod progress;
 mod replay;
 
@@ -22,6 +25,9 @@ struct Cli {
 enum Command {
     /// Replay a trace (`t_ns,key[,cost]` per line) through a policy; print `1`/`0` per request.
     Replay(replay::Args),
+    /// Replay a trace through every algorithm at one limit (or through given policies) and
+    /// compare what each admitted: a table, and optionally a chart.
+    Compare(compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +41,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args),
+        Command::Compare(args) => compare::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,441 @@
+//! `ratewell compare`: one trace through several policies at once, side by side.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use ratewell::{KeyedLimiter, ManualClock, Policy};
+
+use ratewell_cli::trace::Reader;
+
+use crate::chart::{self, Chart, Panel};
+use crate::output::AtomicFile;
+use crate::progress::FileProgress;
+use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The trace: `t_ns,key[,cost]` per line, as for `replay` (a file: a chart reads it twice).
+    trace: PathBuf,
+    /// The limit to compare the algorithms at, `N/W` (e.g. `20/10s`, `100/s`, `5/250ms`): each
+    /// algorithm gets its equivalent policy (token buckets of capacity B at N/W, Envoy-style with N
+    /// tokens every W, nginx leaky buckets at N/W with burst B-1, nodelay and delayed; fixed
+    /// window, sliding-window counter and sliding log of N per W).
+    #[arg(long, required_unless_present = "policies")]
+    limit: Option<String>,
+    /// The burst B the token and leaky buckets allow at once (default: N).
+    #[arg(long, requires = "limit")]
+    burst: Option<u32>,
+    /// A policy to compare (repeatable); added after the derived ones of --limit.
+    #[arg(long = "policy", value_name = "SPEC")]
+    policies: Vec<String>,
+    /// Write the chart as SVG.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Write the chart as PNG.
+    #[arg(long, value_name = "FILE")]
+    png: Option<PathBuf>,
+    /// The key the chart shows (limits are per key); default: the key with the most requests.
+    #[arg(long)]
+    key: Option<String>,
+    /// Keys each policy's table holds (see `replay --capacity`).
+    #[arg(long, default_value_t = DEFAULT_CAPACITY)]
+    capacity: usize,
+}
+
+/// One policy being compared.
+struct Entry {
+    policy: Policy,
+    /// The span over which the peak is measured, and the limit's `N` over it (`N/W` is also the
+    /// limit line of the chart).
+    span_ns: u64,
+    limit: u64,
+}
+
+/// The policies of `--limit N/W [--burst B]`, each algorithm's equivalent of "N per W".
+fn derived(limit: &str, burst: Option<u32>) -> Result<(Vec<Entry>, Vec<String>), String> {
+    let bad = |why: String| format!("--limit {limit}: {why}; expected N/W, e.g. 20/10s or 100/s");
+    let (n, w) = limit.split_once('/').ok_or_else(|| bad("no `/`".into()))?;
+    // `100/s` means 100 per 1s.
+    let w =
+        if w.starts_with(|c: char| c.is_ascii_digit()) { w.to_string() } else { format!("1{w}") };
+    let window: Policy = format!("fixed-window limit={n} window={w}")
+        .parse()
+        .map_err(|e: ratewell::PolicyError| bad(e.to_string()))?;
+    let n = window.limit();
+    let b = u64::from(burst.unwrap_or(n as u32));
+    if b == 0 {
+        return Err("--burst: expected an integer from 1 to 4294967295".into());
+    }
+    let specs = [
+        format!("token-bucket capacity={b} rate={n}/{w}"),
+        format!("token-bucket capacity={b} refill={n} every={w}"),
+        format!("leaky-bucket rate={n}/{w} burst={} nodelay", b - 1),
+        format!("leaky-bucket rate={n}/{w} burst={}", b - 1),
+        format!("fixed-window limit={n} window={w}"),
+        format!("sliding-window limit={n} window={w}"),
+        format!("sliding-log limit={n} window={w}"),
+    ];
+    let (mut entries, mut skipped) = (Vec::new(), Vec::new());
+    for spec in specs {
+        match spec.parse::<Policy>() {
+            Ok(policy) => entries.push(Entry { policy, span_ns: window.window_ns(), limit: n }),
+            // Not every algorithm holds every limit exactly (e.g. a sliding log keeps at most
+            // 65,536 entries): compare the others and say which one is missing and why.
+            Err(e) => skipped.push(format!("{spec}: {e}")),
+        }
+    }
+    Ok((entries, skipped))
+}
+
+/// What one key has had admitted lately under one policy, for the peak in any span.
+#[derive(Default)]
+struct Recent {
+    admitted: VecDeque<(u64, u32)>,
+    cost: u64,
+    rejected: bool,
+}
+
+/// One policy's limiter and what it did.
+struct Run {
+    entry: Entry,
+    limiter: KeyedLimiter<u32, ManualClock>,
+    admitted: u64,
+    rejected: u64,
+    keys: Vec<Recent>,
+    keys_rejected: u64,
+    peak: u64,
+    delays: Option<Vec<u64>>,
+    /// Admitted and rejected cost of the charted key per bucket (a delayed admission counts when
+    /// it is released).
+    series: Vec<[u64; 2]>,
+    charted: [u64; 2],
+    /// Admissions of the charted key released after the trace's end (off the chart).
+    late: u64,
+}
+
+impl Run {
+    #[inline]
+    fn decide(&mut self, id: u32, t: u64, cost: u32, bucket: Option<u64>) {
+        let decision = self.limiter.check_n(&id, cost);
+        let recent = &mut self.keys[id as usize];
+        let admitted = decision.is_admitted();
+        if admitted {
+            self.admitted += 1;
+            // What reaches the service: a delayed request when it is released (per key, releases
+            // come in the order of arrival, so `at` never decreases).
+            let t = t.saturating_add(decision.delay_ns());
+            // Admitted cost within [t - W + 1, t]: any span of length W ending at t.
+            let span = self.entry.span_ns;
+            while let Some(&(old, c)) = recent.admitted.front() {
+                if t - old < span {
+                    break;
+                }
+                recent.cost -= u64::from(c);
+                recent.admitted.pop_front();
+            }
+            recent.admitted.push_back((t, cost));
+            recent.cost += u64::from(cost);
+            self.peak = self.peak.max(recent.cost);
+            if let Some(delays) = &mut self.delays {
+                delays.push(decision.delay_ns());
+            }
+        } else {
+            self.rejected += 1;
+            if !recent.rejected {
+                recent.rejected = true;
+                self.keys_rejected += 1;
+            }
+        }
+        if let Some(width) = bucket {
+            let at = t.saturating_add(decision.delay_ns());
+            match self.series.get_mut(usize::try_from(at / width).unwrap_or(usize::MAX)) {
+                Some(counts) => counts[usize::from(!admitted)] += u64::from(cost),
+                None => self.late += 1,
+            }
+            self.charted[usize::from(!admitted)] += 1;
+        }
+    }
+}
+
+/// Keys as small integers, in order of first appearance.
+#[derive(Default)]
+struct Keys {
+    ids: HashMap<Box<[u8]>, u32, ahash::RandomState>,
+    names: Vec<Box<[u8]>>,
+    requests: Vec<u64>,
+}
+
+impl Keys {
+    #[inline]
+    fn id(&mut self, key: &[u8]) -> Result<u32, String> {
+        if let Some(&id) = self.ids.get(key) {
+            return Ok(id);
+        }
+        let id = u32::try_from(self.names.len())
+            .map_err(|_| "more than 2^32 distinct keys: too many to compare".to_string())?;
+        self.ids.insert(key.into(), id);
+        self.names.push(key.into());
+        self.requests.push(0);
+        Ok(id)
+    }
+}
+
+fn open(path: &Path) -> Result<(File, u64), String> {
+    let shown = path.display();
+    let file = File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("cannot read {shown}: not a regular file"));
+    }
+    Ok((file, meta.len()))
+}
+
+/// The first pass of a charted comparison: every key's number of requests and the trace's end.
+fn survey(path: &Path, keys: &mut Keys) -> Result<u64, String> {
+    let (file, size) = open(path)?;
+    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
+    let mut progress = FileProgress::new("compare: reading", Some(size), PROGRESS_BYTES);
+    let mut end = 0;
+    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
+        end = request.t;
+        let id = keys.id(request.key)?;
+        keys.requests[id as usize] += 1;
+        progress.update(reader.bytes(), reader.lines());
+    }
+    progress.finish(reader.lines());
+    Ok(end)
+}
+
+pub(crate) fn run(args: &Args) -> Result<(), String> {
+    let mut entries = Vec::new();
+    if let Some(limit) = &args.limit {
+        let (derived, skipped) = derived(limit, args.burst)?;
+        for s in skipped {
+            eprintln!("ratewell: compare: skipping {s}");
+        }
+        entries.extend(derived);
+    }
+    let own_span = args.limit.as_ref().map(|_| (entries[0].span_ns, entries[0].limit));
+    for spec in &args.policies {
+        let policy: Policy = spec.parse().map_err(|e| format!("--policy {spec}: {e}"))?;
+        // Explicit policies are measured over the span of --limit if there is one (to compare
+        // like with like), else over their own: the window, or the time to refill from empty.
+        let (span_ns, limit) = own_span.unwrap_or((policy.window_ns(), policy.limit()));
+        entries.push(Entry { policy, span_ns: span_ns.max(1), limit });
+    }
+    if entries.is_empty() {
+        return Err("nothing to compare: give --limit N/W or --policy SPEC".into());
+    }
+    // Fail on an unwritable output before the work, not after it.
+    let svg = args.svg.as_deref().map(|p| AtomicFile::create(p, "--svg")).transpose()?;
+    let png = args.png.as_deref().map(|p| AtomicFile::create(p, "--png")).transpose()?;
+
+    let mut keys = Keys::default();
+    let charting = svg.is_some() || png.is_some();
+    let chart_plan = if charting {
+        let end = survey(&args.trace, &mut keys)?;
+        let key = match &args.key {
+            Some(k) => *keys
+                .ids
+                .get(k.as_bytes())
+                .ok_or_else(|| format!("--key {k}: no request of the trace has this key"))?,
+            // The busiest key; the first one seen among equals.
+            None => (0..keys.names.len() as u32)
+                .max_by_key(|&id| (keys.requests[id as usize], std::cmp::Reverse(id)))
+                .ok_or("the trace has no requests: nothing to chart")?,
+        };
+        let width = chart::bucket_width(end);
+        Some((key, width, usize::try_from(end / width + 1).unwrap_or(usize::MAX)))
+    } else {
+        None
+    };
+
+    let clock = ManualClock::new(0);
+    let mut runs: Vec<Run> = entries
+        .into_iter()
+        .map(|entry| Run {
+            limiter: KeyedLimiter::with_clock(&entry.policy, args.capacity, clock.clone()),
+            delays: entry.policy.delays().then(Vec::new),
+            entry,
+            admitted: 0,
+            rejected: 0,
+            keys: Vec::new(),
+            keys_rejected: 0,
+            peak: 0,
+            series: chart_plan.map_or(Vec::new(), |(_, _, buckets)| vec![[0, 0]; buckets]),
+            charted: [0, 0],
+            late: 0,
+        })
+        .collect();
+
+    let (file, size) = open(&args.trace)?;
+    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
+    let mut progress = FileProgress::new("compare", Some(size), PROGRESS_BYTES);
+    let (mut requests, mut end, mut unit_costs) = (0u64, 0u64, true);
+    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
+        let id = keys.id(request.key)?;
+        if id as usize == runs[0].keys.len() {
+            for run in &mut runs {
+                run.keys.push(Recent::default());
+            }
+        }
+        let bucket = chart_plan.filter(|&(key, ..)| key == id).map(|(_, width, _)| width);
+        unit_costs &= bucket.is_none() || request.cost == 1;
+        clock.set(request.t);
+        for run in &mut runs {
+            run.decide(id, request.t, request.cost, bucket);
+        }
+        requests += 1;
+        end = request.t;
+        progress.update(reader.bytes(), reader.lines());
+    }
+    progress.finish(reader.lines());
+
+    let mut out = std::io::stdout().lock();
+    let table = report(&args.trace, requests, keys.names.len(), end, &mut runs);
+    out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
+
+    if let Some((key, width, _)) = chart_plan {
+        let chart = Chart {
+            title: format!(
+                "{}: key {} ({} requests){}",
+                args.trace.file_name().map_or("trace".into(), |n| n.to_string_lossy()),
+                String::from_utf8_lossy(&keys.names[key as usize]),
+                keys.requests[key as usize],
+                own_span.map_or(String::new(), |(span, n)| format!(
+                    "; limit {n} per {}, burst {}",
+                    duration(span),
+                    args.burst.map_or(n, u64::from)
+                )),
+            ),
+            bucket_ns: width,
+            unit: if unit_costs { "requests" } else { "cost" },
+            panels: runs
+                .iter()
+                .map(|run| Panel {
+                    label: run.entry.policy.to_string(),
+                    note: match (run.delays.is_some(), run.late) {
+                        (false, _) => {
+                            format!("admitted {}, rejected {}", run.charted[0], run.charted[1])
+                        }
+                        (true, 0) => format!(
+                            "admitted {}, rejected {}; admissions shown when released",
+                            run.charted[0], run.charted[1]
+                        ),
+                        (true, late) => format!(
+                            "admitted {}, rejected {}; admissions shown when released, {late} \
+                             after the trace's end",
+                            run.charted[0], run.charted[1]
+                        ),
+                    },
+                    series: run.series.clone(),
+                    limit: run.entry.limit,
+                    span_ns: run.entry.span_ns,
+                })
+                .collect(),
+        };
+        let drawn = chart.svg()?;
+        if let Some(file) = png {
+            file.commit(&chart::png(&drawn)?)?;
+        }
+        if let Some(file) = svg {
+            file.commit(drawn.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// The comparison table.
+fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) -> String {
+    let mut rows = vec![
+        [
+            "policy",
+            "admitted",
+            "rejected",
+            "peak (span)",
+            "keys rejected",
+            "delay p50",
+            "p99",
+            "max",
+        ]
+        .map(String::from),
+    ];
+    for run in runs.iter_mut() {
+        let percent = |part: u64, whole: u64| {
+            if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
+        };
+        let total = run.admitted + run.rejected;
+        let mut row = [
+            run.entry.policy.to_string(),
+            format!("{} ({:.1}%)", run.admitted, percent(run.admitted, total)),
+            format!("{} ({:.1}%)", run.rejected, percent(run.rejected, total)),
+            format!("{} ({})", run.peak, duration(run.entry.span_ns)),
+            format!("{} of {keys}", run.keys_rejected),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ];
+        if let Some(delays) = &mut run.delays {
+            delays.sort_unstable();
+            let at = |q: f64| {
+                // Nearest rank: the smallest delay at least q of the admitted requests had.
+                let rank = ((q * delays.len() as f64).ceil() as usize).clamp(1, delays.len());
+                delays.get(rank - 1).map_or("-".into(), |&d| duration(d))
+            };
+            row[5] = at(0.50);
+            row[6] = at(0.99);
+            row[7] = at(1.0);
+        }
+        rows.push(row);
+    }
+    let mut widths = [0; 8];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut text = format!(
+        "{}: {requests} requests from {keys} keys over {}\n",
+        trace.display(),
+        duration(end)
+    );
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                line += &format!("{cell:<w$}");
+            } else {
+                line += &format!("  {cell:>w$}");
+            }
+        }
+        text += line.trim_end();
+        text.push('\n');
+    }
+    text += "peak: the most cost one key had admitted within any span of that length (a delayed \
+             request counts when it is released).\n";
+    text
+}
+
+/// A duration for people: `0`, `750ns`, `12.5us`, `250ms`, `1.5s`, `10s`, `2m`, `1.5h`.
+pub(crate) fn duration(ns: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    if ns == 0 {
+        return "0".into();
+    }
+    let &(unit, name) = UNITS.iter().find(|&&(unit, _)| ns >= unit).unwrap_or(&UNITS[5]);
+    if ns.is_multiple_of(unit) {
+        return format!("{}{name}", ns / unit);
+    }
+    let value = ns as f64 / unit as f64;
+    let text = if value < 10.0 { format!("{value:.2}") } else { format!("{value:.1}") };
+    format!("{}{name}", text.trim_end_matches('0').trim_end_matches('.'))
+}
