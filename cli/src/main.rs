@@ -1,5 +1,6 @@
 //! `ratewell`: run traffic through rate-limiting policies.
 
+mod bench;
 mod chart;
 mod compare;
 mod output;
@@ -28,6 +29,9 @@ enum Command {
     /// Replay a trace through every algorithm at one limit (or through given policies) and
     /// compare what each admitted: a table, and optionally a chart.
     Compare(compare::Args),
+    /// Measure decisions per second and nanoseconds per decision of every algorithm on this
+    /// machine, direct and keyed.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Compare(args) => compare::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
