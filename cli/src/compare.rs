@@ -1,9 +1,10 @@
 //! `ratewell compare`: one trace through several policies at once, side by side.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::thread;
 
 use ratewell::{KeyedLimiter, ManualClock, Policy};
 
@@ -56,6 +57,9 @@ struct Entry {
 /// The policies of `--limit N/W [--burst B]`, each algorithm's equivalent of "N per W".
 fn derived(limit: &str, burst: Option<u32>) -> Result<(Vec<Entry>, Vec<String>), String> {
     let bad = |why: String| format!("--limit {limit}: {why}; expected N/W, e.g. 20/10s or 100/s");
+    if limit.contains(char::is_whitespace) {
+        return Err(bad("spaces".into()));
+    }
     let (n, w) = limit.split_once('/').ok_or_else(|| bad("no `/`".into()))?;
     // `100/s` means 100 per 1s.
     let w =
@@ -89,23 +93,79 @@ fn derived(limit: &str, burst: Option<u32>) -> Result<(Vec<Entry>, Vec<String>),
     Ok((entries, skipped))
 }
 
-/// What one key has had admitted lately under one policy, for the peak in any span.
-#[derive(Default)]
-struct Recent {
-    admitted: VecDeque<(u64, u32)>,
-    cost: u64,
-    rejected: bool,
+/// The most cost one key had admitted within any span of `span` ns, kept as the trace goes.
+struct Peaks {
+    span: u64,
+    /// Per key, its admitted cost within the last span.
+    sums: Vec<u64>,
+    /// The admissions within the last span of the trace, oldest first: (time, key, cost). One
+    /// queue for all keys (its length is the traffic of one span, whatever the number of keys)
+    /// when admission times never decrease, i.e. when nothing is delayed.
+    recent: VecDeque<(u64, u32, u32)>,
+    /// Per key, for a delaying policy: a key's releases come in order, different keys' do not.
+    per_key: Option<Vec<VecDeque<(u64, u32)>>>,
+    peak: u64,
+}
+
+impl Peaks {
+    fn new(span: u64, delays: bool) -> Self {
+        let per_key = delays.then(Vec::new);
+        Peaks { span, sums: Vec::new(), recent: VecDeque::new(), per_key, peak: 0 }
+    }
+
+    fn add_key(&mut self) {
+        self.sums.push(0);
+        if let Some(queues) = &mut self.per_key {
+            queues.push(VecDeque::new());
+        }
+    }
+
+    /// Key `id` had `cost` admitted at `t`: drop what is `span` or more before `t` (so the sum
+    /// covers `[t - span + 1, t]`, any span of that length ending at `t`), then add it.
+    #[inline]
+    fn admit(&mut self, id: u32, t: u64, cost: u32) {
+        let span = self.span;
+        match &mut self.per_key {
+            None => {
+                while let Some(&(old, key, c)) = self.recent.front() {
+                    if t - old < span {
+                        break;
+                    }
+                    self.sums[key as usize] -= u64::from(c);
+                    self.recent.pop_front();
+                }
+                self.recent.push_back((t, id, cost));
+            }
+            Some(queues) => {
+                let queue = &mut queues[id as usize];
+                while let Some(&(old, c)) = queue.front() {
+                    if t - old < span {
+                        break;
+                    }
+                    self.sums[id as usize] -= u64::from(c);
+                    queue.pop_front();
+                }
+                queue.push_back((t, cost));
+            }
+        }
+        let sum = &mut self.sums[id as usize];
+        *sum += u64::from(cost);
+        self.peak = self.peak.max(*sum);
+    }
 }
 
 /// One policy's limiter and what it did.
 struct Run {
     entry: Entry,
     limiter: KeyedLimiter<u32, ManualClock>,
+    /// The limiter's own clock: runs decide on different threads, each at its own pace.
+    clock: ManualClock,
     admitted: u64,
     rejected: u64,
-    keys: Vec<Recent>,
+    peaks: Peaks,
+    /// Per key, whether it was ever rejected.
+    ever_rejected: Vec<bool>,
     keys_rejected: u64,
-    peak: u64,
     delays: Option<Vec<u64>>,
     /// Admitted and rejected cost of the charted key per bucket (a delayed admission counts when
     /// it is released).
@@ -116,35 +176,36 @@ struct Run {
 }
 
 impl Run {
+    /// Decide a batch of requests among `keys` keys so far; `charted` is the key the chart shows
+    /// and its bucket width.
+    fn decide_batch(&mut self, batch: &[Request], keys: usize, charted: Option<(u32, u64)>) {
+        while self.ever_rejected.len() < keys {
+            self.peaks.add_key();
+            self.ever_rejected.push(false);
+        }
+        for r in batch {
+            self.clock.set(r.t);
+            let bucket = charted.filter(|&(key, _)| key == r.id).map(|(_, width)| width);
+            self.decide(r.id, r.t, r.cost, bucket);
+        }
+    }
+
     #[inline]
     fn decide(&mut self, id: u32, t: u64, cost: u32, bucket: Option<u64>) {
         let decision = self.limiter.check_n(&id, cost);
-        let recent = &mut self.keys[id as usize];
         let admitted = decision.is_admitted();
         if admitted {
             self.admitted += 1;
-            // What reaches the service: a delayed request when it is released (per key, releases
-            // come in the order of arrival, so `at` never decreases).
-            let t = t.saturating_add(decision.delay_ns());
-            // Admitted cost within [t - W + 1, t]: any span of length W ending at t.
-            let span = self.entry.span_ns;
-            while let Some(&(old, c)) = recent.admitted.front() {
-                if t - old < span {
-                    break;
-                }
-                recent.cost -= u64::from(c);
-                recent.admitted.pop_front();
-            }
-            recent.admitted.push_back((t, cost));
-            recent.cost += u64::from(cost);
-            self.peak = self.peak.max(recent.cost);
+            // What reaches the service: a delayed request when it is released.
+            self.peaks.admit(id, t.saturating_add(decision.delay_ns()), cost);
             if let Some(delays) = &mut self.delays {
                 delays.push(decision.delay_ns());
             }
         } else {
             self.rejected += 1;
-            if !recent.rejected {
-                recent.rejected = true;
+            let ever = &mut self.ever_rejected[id as usize];
+            if !*ever {
+                *ever = true;
                 self.keys_rejected += 1;
             }
         }
@@ -159,27 +220,80 @@ impl Run {
     }
 }
 
-/// Keys as small integers, in order of first appearance.
+/// A parsed request, its key numbered.
+struct Request {
+    t: u64,
+    id: u32,
+    cost: u32,
+}
+
+/// Requests parsed before the policies decide them.
+const BATCH: usize = 1 << 14;
+
+/// Every policy decides the batch; the policies are spread over the machine's cores (they share
+/// nothing, each has its own limiter and clock).
+fn decide_all(runs: &mut [Run], batch: &[Request], keys: usize, charted: Option<(u32, u64)>) {
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = runs.len().div_ceil(cores.min(runs.len()).max(1));
+    thread::scope(|s| {
+        let mut groups = runs.chunks_mut(per_thread.max(1));
+        let here = groups.next();
+        for group in groups {
+            s.spawn(move || group.iter_mut().for_each(|r| r.decide_batch(batch, keys, charted)));
+        }
+        for run in here.into_iter().flatten() {
+            run.decide_batch(batch, keys, charted);
+        }
+    });
+}
+
+/// Keys as small integers, in order of first appearance; their names in one buffer (no
+/// allocation per key: a trace may have millions).
 #[derive(Default)]
 struct Keys {
-    ids: HashMap<Box<[u8]>, u32, ahash::RandomState>,
-    names: Vec<Box<[u8]>>,
+    hasher: ahash::RandomState,
+    ids: hashbrown::HashTable<u32>,
+    bytes: Vec<u8>,
+    /// Where each key's name ends in `bytes`.
+    ends: Vec<usize>,
     requests: Vec<u64>,
 }
 
 impl Keys {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn name(&self, id: u32) -> &[u8] {
+        name(&self.bytes, &self.ends, id)
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.ids.find(hash, |&id| name(&self.bytes, &self.ends, id) == key).copied()
+    }
+
     #[inline]
     fn id(&mut self, key: &[u8]) -> Result<u32, String> {
-        if let Some(&id) = self.ids.get(key) {
+        let hash = self.hasher.hash_one(key);
+        let Keys { hasher, ids, bytes, ends, requests } = self;
+        if let Some(&id) = ids.find(hash, |&id| name(bytes, ends, id) == key) {
             return Ok(id);
         }
-        let id = u32::try_from(self.names.len())
+        let id = u32::try_from(ends.len())
             .map_err(|_| "more than 2^32 distinct keys: too many to compare".to_string())?;
-        self.ids.insert(key.into(), id);
-        self.names.push(key.into());
-        self.requests.push(0);
+        ids.insert_unique(hash, id, |&id| hasher.hash_one(name(bytes, ends, id)));
+        bytes.extend_from_slice(key);
+        ends.push(bytes.len());
+        requests.push(0);
         Ok(id)
     }
+}
+
+fn name<'a>(bytes: &'a [u8], ends: &[usize], id: u32) -> &'a [u8] {
+    let id = id as usize;
+    let start = if id == 0 { 0 } else { ends[id - 1] };
+    &bytes[start..ends[id]]
 }
 
 fn open(path: &Path) -> Result<(File, u64), String> {
@@ -237,12 +351,11 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let chart_plan = if charting {
         let end = survey(&args.trace, &mut keys)?;
         let key = match &args.key {
-            Some(k) => *keys
-                .ids
-                .get(k.as_bytes())
+            Some(k) => keys
+                .find(k.as_bytes())
                 .ok_or_else(|| format!("--key {k}: no request of the trace has this key"))?,
             // The busiest key; the first one seen among equals.
-            None => (0..keys.names.len() as u32)
+            None => (0..keys.len() as u32)
                 .max_by_key(|&id| (keys.requests[id as usize], std::cmp::Reverse(id)))
                 .ok_or("the trace has no requests: nothing to chart")?,
         };
@@ -252,49 +365,52 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         None
     };
 
-    let clock = ManualClock::new(0);
     let mut runs: Vec<Run> = entries
         .into_iter()
-        .map(|entry| Run {
-            limiter: KeyedLimiter::with_clock(&entry.policy, args.capacity, clock.clone()),
-            delays: entry.policy.delays().then(Vec::new),
-            entry,
-            admitted: 0,
-            rejected: 0,
-            keys: Vec::new(),
-            keys_rejected: 0,
-            peak: 0,
-            series: chart_plan.map_or(Vec::new(), |(_, _, buckets)| vec![[0, 0]; buckets]),
-            charted: [0, 0],
-            late: 0,
+        .map(|entry| {
+            let clock = ManualClock::new(0);
+            Run {
+                limiter: KeyedLimiter::with_clock(&entry.policy, args.capacity, clock.clone()),
+                clock,
+                delays: entry.policy.delays().then(Vec::new),
+                peaks: Peaks::new(entry.span_ns, entry.policy.delays()),
+                entry,
+                admitted: 0,
+                rejected: 0,
+                ever_rejected: Vec::new(),
+                keys_rejected: 0,
+                series: chart_plan.map_or(Vec::new(), |(_, _, buckets)| vec![[0, 0]; buckets]),
+                charted: [0, 0],
+                late: 0,
+            }
         })
         .collect();
+    let charted = chart_plan.map(|(key, width, _)| (key, width));
 
     let (file, size) = open(&args.trace)?;
     let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
     let mut progress = FileProgress::new("compare", Some(size), PROGRESS_BYTES);
     let (mut requests, mut end, mut unit_costs) = (0u64, 0u64, true);
-    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
-        let id = keys.id(request.key)?;
-        if id as usize == runs[0].keys.len() {
-            for run in &mut runs {
-                run.keys.push(Recent::default());
-            }
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        // Parse a batch here, then let every policy decide it, in parallel across policies.
+        batch.clear();
+        while batch.len() < BATCH {
+            let Some(request) = reader.next().map_err(|e| e.to_string())? else { break };
+            let id = keys.id(request.key)?;
+            unit_costs &= charted.is_none_or(|(key, _)| key != id) || request.cost == 1;
+            batch.push(Request { t: request.t, id, cost: request.cost });
         }
-        let bucket = chart_plan.filter(|&(key, ..)| key == id).map(|(_, width, _)| width);
-        unit_costs &= bucket.is_none() || request.cost == 1;
-        clock.set(request.t);
-        for run in &mut runs {
-            run.decide(id, request.t, request.cost, bucket);
-        }
-        requests += 1;
-        end = request.t;
+        let Some(last) = batch.last() else { break };
+        requests += batch.len() as u64;
+        end = last.t;
+        decide_all(&mut runs, &batch, keys.len(), charted);
         progress.update(reader.bytes(), reader.lines());
     }
     progress.finish(reader.lines());
 
     let mut out = std::io::stdout().lock();
-    let table = report(&args.trace, requests, keys.names.len(), end, &mut runs);
+    let table = report(&args.trace, requests, keys.len(), end, &mut runs);
     out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
 
     if let Some((key, width, _)) = chart_plan {
@@ -302,7 +418,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             title: format!(
                 "{}: key {} ({} requests){}",
                 args.trace.file_name().map_or("trace".into(), |n| n.to_string_lossy()),
-                String::from_utf8_lossy(&keys.names[key as usize]),
+                String::from_utf8_lossy(keys.name(key)),
                 keys.requests[key as usize],
                 own_span.map_or(String::new(), |(span, n)| format!(
                     "; limit {n} per {}, burst {}",
@@ -371,7 +487,7 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
             run.entry.policy.to_string(),
             format!("{} ({:.1}%)", run.admitted, percent(run.admitted, total)),
             format!("{} ({:.1}%)", run.rejected, percent(run.rejected, total)),
-            format!("{} ({})", run.peak, duration(run.entry.span_ns)),
+            format!("{} ({})", run.peaks.peak, duration(run.entry.span_ns)),
             format!("{} of {keys}", run.keys_rejected),
             "-".into(),
             "-".into(),

@@ -185,7 +185,7 @@ fn bad_input_exits_2_and_leaves_nothing_half_written() {
     let png = dir.join("out.png");
     let png = png.to_str().unwrap();
     let keep = ["bad.csv", "good.csv"];
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["compare", "no-such-trace.csv", "--limit", "1/s"], "cannot read"),
         (&["compare", dir.to_str().unwrap(), "--limit", "1/s"], "not a regular file"),
         (
@@ -195,6 +195,8 @@ fn bad_input_exits_2_and_leaves_nothing_half_written() {
         (&["compare", good, "--limit", "ten/s"], "--limit"),
         (&["compare", good, "--limit", "10"], "--limit"),
         (&["compare", good, "--limit", "10/0s"], "--limit"),
+        (&["compare", good, "--limit", "10/1s align=first"], "--limit"),
+        (&["compare", good, "--limit", "10/s", "--burst", "0"], "--burst"),
         (&["compare", good], "--limit"),
         (&["compare", bad, "--limit", "1/s", "--svg", out, "--png", png], "line 3"),
         (&["compare", good, "--limit", "1/s", "--svg", "/no/such/dir/c.svg"], "--svg"),
@@ -211,5 +213,19 @@ fn bad_input_exits_2_and_leaves_nothing_half_written() {
     let run = ratewell(&["compare", bad, "--limit", "1/s", "--svg", out], "");
     assert_failed(&run, &dir, &["bad.csv", "good.csv", "out.svg"], "existing output");
     assert_eq!(fs::read_to_string(out).unwrap(), "previous");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_algorithm_that_cannot_hold_the_limit_is_skipped_with_a_note() {
+    let dir = scratch("skip");
+    let trace = boundary_trace(&dir);
+    // A sliding log keeps at most 65,536 entries a key: 100,000 per second is compared without it.
+    let run = ratewell(&["compare", &trace, "--limit", "100000/s"], "");
+    assert_eq!(run.code, Some(0), "{}", run.err);
+    assert!(run.err.contains("skipping sliding-log limit=100000"), "{}", run.err);
+    let rows = rows(&run.out);
+    assert_eq!(rows.len(), 6, "{}", run.out);
+    assert!(rows.iter().all(|(p, admitted, _)| !p.starts_with("sliding-log") && *admitted == 20));
     fs::remove_dir_all(dir).unwrap();
 }
