@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use ratewell::{KeyedLimiter, Limiter, Policy};
 
 use crate::progress::Progress;
+use crate::table;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -198,24 +199,7 @@ fn table(rows: &[Row], threads: usize) -> String {
             row.policy.clone(),
         ]);
     }
-    let mut widths = [0; 6];
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    for row in &cells {
-        let mut line = String::new();
-        for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
-            match i {
-                0 | 1 | 5 => line += &format!("{cell:<w$}  "),
-                _ => line += &format!("{cell:>w$}  "),
-            }
-        }
-        text += line.trim_end();
-        text.push('\n');
-    }
+    let mut text = table::render(&cells, &[0, 1, 5]);
     text += "ns/decision is each thread's time per decision; keyed rows pick keys at random.\n";
     text
 }

@@ -14,6 +14,7 @@ use crate::chart::{self, Chart, Panel};
 use crate::output::AtomicFile;
 use crate::progress::FileProgress;
 use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
+use crate::table;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -103,6 +104,8 @@ struct Peaks {
     /// when admission times never decrease, i.e. when nothing is delayed.
     recent: VecDeque<(u64, u32, u32)>,
     /// Per key, for a delaying policy: a key's releases come in order, different keys' do not.
+    /// (Should a release ever precede the previous one, the pair counts as within the span:
+    /// a guard, not seen in 300,000-request random traces of exact and nginx arithmetic.)
     per_key: Option<Vec<VecDeque<(u64, u32)>>>,
     peak: u64,
 }
@@ -128,7 +131,7 @@ impl Peaks {
         match &mut self.per_key {
             None => {
                 while let Some(&(old, key, c)) = self.recent.front() {
-                    if t - old < span {
+                    if t.saturating_sub(old) < span {
                         break;
                     }
                     self.sums[key as usize] -= u64::from(c);
@@ -139,7 +142,7 @@ impl Peaks {
             Some(queues) => {
                 let queue = &mut queues[id as usize];
                 while let Some(&(old, c)) = queue.front() {
-                    if t - old < span {
+                    if t.saturating_sub(old) < span {
                         break;
                     }
                     self.sums[id as usize] -= u64::from(c);
@@ -506,29 +509,12 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
         }
         rows.push(row);
     }
-    let mut widths = [0; 8];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
     let mut text = format!(
         "{}: {requests} requests from {keys} keys over {}\n",
         trace.display(),
         duration(end)
     );
-    for row in &rows {
-        let mut line = String::new();
-        for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                line += &format!("{cell:<w$}");
-            } else {
-                line += &format!("  {cell:>w$}");
-            }
-        }
-        text += line.trim_end();
-        text.push('\n');
-    }
+    text += &table::render(&rows, &[0]);
     text += "peak: the most cost one key had admitted within any span of that length (a delayed \
              request counts when it is released).\n";
     text
