@@ -229,3 +229,150 @@ fn an_algorithm_that_cannot_hold_the_limit_is_skipped_with_a_note() {
     assert!(rows.iter().all(|(p, admitted, _)| !p.starts_with("sliding-log") && *admitted == 20));
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// A deterministic trace of `lines` requests over a few keys with costs 1 to 3, in bursts and
+/// lulls, longer than the batches (16,384 requests) `compare` decides at once.
+fn random_trace(dir: &Path, lines: usize) -> String {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut t, mut text) = (0u64, String::new());
+    for _ in 0..lines {
+        // Mostly 0-2 ms apart, sometimes a lull of up to 3 s, in whole ms: admissions exactly
+        // one span apart are common, so the span's ends are put to the test.
+        t += 1_000_000 * if next() % 50 == 0 { next() % 3_000 } else { next() % 3 };
+        let key = ["a", "b", "c", "d", "e"][(next() % 5) as usize];
+        let cost = 1 + next() % 3;
+        text += &format!("{t},{key},{cost}\n");
+    }
+    let path = dir.join("random.csv");
+    fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// What `compare` reports for one policy, recomputed naively from `replay --format full`.
+fn reference(trace: &str, policy: &str, span: u64) -> (u64, u64, u64, usize, Option<[u64; 3]>) {
+    let run = ratewell(&["replay", "--policy", policy, "--format", "full", trace], "");
+    assert_eq!(run.code, Some(0), "{policy}: {}", run.err);
+    let requests = fs::read_to_string(trace).unwrap();
+    let mut releases: std::collections::BTreeMap<&str, Vec<(u64, u64)>> = Default::default();
+    let mut rejected_keys = std::collections::BTreeSet::new();
+    let (mut admitted, mut rejected, mut delays) = (0, 0, Vec::new());
+    for (request, decision) in requests.lines().zip(run.out.lines().skip(1)) {
+        let fields: Vec<&str> = request.split(',').collect();
+        let (t, key, cost): (u64, &str, u64) =
+            (fields[0].parse().unwrap(), fields[1], fields[2].parse().unwrap());
+        let decision: Vec<&str> = decision.split(',').collect();
+        if decision[0] == "1" {
+            admitted += 1;
+            let delay: u64 = decision[1].parse().unwrap();
+            delays.push(delay);
+            releases.entry(key).or_default().push((t + delay, cost));
+        } else {
+            rejected += 1;
+            rejected_keys.insert(key);
+        }
+    }
+    // The peak: for every admission, the cost of the same key's admissions released within the
+    // span of length `span` that ends at it.
+    let mut peak = 0;
+    for events in releases.values_mut() {
+        events.sort();
+        for &(end, _) in events.iter() {
+            let within: u64 =
+                events.iter().filter(|&&(t, _)| t <= end && end - t < span).map(|&(_, c)| c).sum();
+            peak = peak.max(within);
+        }
+    }
+    let percentiles = policy.starts_with("leaky-bucket") && !policy.contains("nodelay");
+    let percentiles = percentiles.then(|| {
+        delays.sort();
+        let rank = |q: f64| delays[((q * delays.len() as f64).ceil() as usize).max(1) - 1];
+        [rank(0.5), rank(0.99), rank(1.0)]
+    });
+    (admitted, rejected, peak, rejected_keys.len(), percentiles)
+}
+
+/// `compare` decides in batches, in parallel across policies, and keeps its peaks incrementally:
+/// every figure of its table must equal what `replay` of each policy alone, summed up naively,
+/// gives.
+#[test]
+fn compare_agrees_with_replay_of_each_policy() {
+    let dir = scratch("agree");
+    let trace = random_trace(&dir, 20_000);
+    let run = ratewell(&["compare", &trace, "--limit", "40/1s", "--burst", "25"], "");
+    assert_eq!(run.code, Some(0), "{}", run.err);
+    let lines: Vec<&str> = run.out.lines().skip(2).take(7).collect();
+    assert_eq!(lines.len(), 7, "{}", run.out);
+    let number = |cell: &str| cell.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+    let ms = |cell: &str| -> u64 {
+        // The table's durations: `0`, `NNNms`, `N.NNs`, ...
+        let (value, scale) = if let Some(v) = cell.strip_suffix("ms") {
+            (v, 1e6)
+        } else if let Some(v) = cell.strip_suffix("us") {
+            (v, 1e3)
+        } else if let Some(v) = cell.strip_suffix("ns") {
+            (v, 1.0)
+        } else if let Some(v) = cell.strip_suffix('s') {
+            (v, 1e9)
+        } else {
+            (cell, 1.0)
+        };
+        (value.parse::<f64>().unwrap() * scale) as u64
+    };
+    for line in lines {
+        let cells: Vec<&str> = line.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        let policy = cells[0];
+        let (admitted, rejected, peak, keys, percentiles) =
+            reference(&trace, policy, 1_000_000_000);
+        assert_eq!(number(cells[1]), admitted, "{policy}: admitted");
+        assert_eq!(number(cells[2]), rejected, "{policy}: rejected");
+        assert_eq!(number(cells[3]), peak, "{policy}: peak");
+        assert_eq!(cells[4], format!("{keys} of 5"), "{policy}: keys rejected");
+        match percentiles {
+            None => assert_eq!(&cells[5..8], ["-", "-", "-"], "{policy}"),
+            Some(want) => {
+                // Shown to three or four significant digits: within 1% (or 1 us).
+                for (cell, want) in cells[5..8].iter().zip(want) {
+                    let got = ms(cell);
+                    assert!(
+                        got.abs_diff(want) <= (want / 100).max(1_000),
+                        "{policy}: {cell} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// A span of length W holds times t with `end - W < t <= end`: two groups exactly W apart are
+/// never in one span (and a fixed window admits both, a sliding log's closed interval only one).
+#[test]
+fn peaks_are_over_half_open_spans() {
+    let dir = scratch("half-open");
+    let path = dir.join("exact.csv");
+    let trace: String =
+        (0..20).map(|i| format!("{},k\n", if i < 10 { 0 } else { 1_000_000_000 })).collect();
+    fs::write(&path, trace).unwrap();
+    let run = ratewell(
+        &[
+            "compare",
+            path.to_str().unwrap(),
+            "--policy",
+            "fixed-window limit=10 window=1s",
+            "--policy",
+            "sliding-log limit=10 window=1s",
+        ],
+        "",
+    );
+    assert_eq!(run.code, Some(0), "{}", run.err);
+    let rows = rows(&run.out);
+    assert_eq!(rows[0], ("fixed-window limit=10 window=1s".into(), 20, 10));
+    assert_eq!(rows[1], ("sliding-log limit=10 window=1s".into(), 10, 10));
+    fs::remove_dir_all(dir).unwrap();
+}
