@@ -5,6 +5,7 @@
   iai.py check OUTPUT CEILINGS    fail if a total exceeds its ceiling (`name max` per line, `#`
                                   comments); every ceiling must match a benchmark, so a renamed
                                   benchmark cannot silently drop out of the gate
+  iai.py ceilings OUTPUT          print a new ceilings file: every ratewell total measured, plus 3%
 """
 
 import re
@@ -56,13 +57,30 @@ def check(found: dict, ceilings: str) -> int:
     return 1 if failed else 0
 
 
+def ceilings(found: dict) -> int:
+    print("# Instruction ceilings for benches/instructions.rs (iai-callgrind, deterministic).")
+    print("# Each is the total measured (setup + 1000 or 2000 decisions) plus 3%: a change that")
+    print("# makes a decision more than a few instructions dearer fails .ci/run. Regenerate with:")
+    print("#   cargo bench --features internals --bench instructions > target/iai.txt")
+    print("#   python3 benches/iai.py ceilings target/iai.txt > benches/ceilings.txt")
+    print("# governor's counts are measured for comparison, not gated.")
+    for name in sorted(found):
+        if not name.startswith("governor"):
+            print(f"{name} {found[name] * 103 // 100}")
+    return 0
+
+
 def main() -> int:
     mode, output = sys.argv[1], sys.argv[2]
     found = totals(output)
     if not found:
         print(f"no iai-callgrind results in {output}")
         return 1
-    return summary(found) if mode == "summary" else check(found, sys.argv[3])
+    if mode == "summary":
+        return summary(found)
+    if mode == "ceilings":
+        return ceilings(found)
+    return check(found, sys.argv[3])
 
 
 if __name__ == "__main__":

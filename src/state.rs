@@ -13,7 +13,7 @@
 //! A rejection returns before any write, so a key under attack is only read: its cache line stays
 //! shared between cores.
 
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, OneWord, dispatch};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -28,8 +28,10 @@ pub(crate) enum Applied<R> {
 /// What a decision reports: the full [`Decision`], or only whether it was admitted (the lean
 /// `allow` paths, from which the compiler drops the decision's arithmetic).
 pub(crate) trait Report: Sized {
-    /// Decide `cost` at `now` on the unmasked state `word`.
-    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>);
+    /// Decide `cost` at `now` on the unmasked state `word`, inlined into the caller's loop.
+    fn decide<A: OneWord>(algorithm: &A, word: u64, now: u64, cost: u32) -> (Self, Option<u64>);
+    /// The same through the algorithm's dispatch, for the cold paths (a new key).
+    fn decide_cold(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>);
     /// A new key refused for want of a slot.
     fn refused(limit: u64, retry_after: u64) -> Self;
     /// The report of a decision made in full (the sliding log's).
@@ -37,8 +39,11 @@ pub(crate) trait Report: Sized {
 }
 
 impl Report for Decision {
-    #[inline]
-    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+    #[inline(always)]
+    fn decide<A: OneWord>(algorithm: &A, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        algorithm.decide_inline(word, now, cost)
+    }
+    fn decide_cold(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
         algorithm.decide(word, now, cost)
     }
     fn refused(limit: u64, retry_after: u64) -> Self {
@@ -51,8 +56,12 @@ impl Report for Decision {
 }
 
 impl Report for bool {
-    #[inline]
-    fn decide(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+    #[inline(always)]
+    fn decide<A: OneWord>(algorithm: &A, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let next = algorithm.admit_inline(word, now, cost);
+        (next.is_some(), next)
+    }
+    fn decide_cold(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
         let next = algorithm.admit(word, now, cost);
         (next.is_some(), next)
     }
@@ -65,20 +74,36 @@ impl Report for bool {
     }
 }
 
-/// Decide a request of `cost` at `now` against the word, and store the new state if admitted and
-/// `commit`. The word stores `state ^ mask`; `still_ours` is asked after every load.
+/// [`apply_masked`] for a one-word `algorithm`: one match on the algorithm, then a CAS loop
+/// compiled for it, with its decision inlined.
 #[inline]
-#[cfg_attr(
-    any(ratewell_broken = "store", ratewell_broken = "no_revalidate"),
-    allow(unused_mut, dead_code)
-)]
-pub(crate) fn apply_masked<R: Report>(
+pub(crate) fn apply_algorithm<R: Report>(
     algorithm: &Algorithm,
     word: &AtomicU64,
     mask: u64,
     still_ours: impl Fn() -> bool,
     now: u64,
     cost: u32,
+    commit: bool,
+) -> Applied<R> {
+    dispatch!(algorithm, a => {
+        apply_masked(|w| R::decide(a, w, now, cost), word, mask, still_ours, commit)
+    })
+}
+
+/// Decide a request against the word with `decide` (from the unmasked state to the report and,
+/// if admitted, the next state), and store the new state if admitted and `commit`. The word
+/// stores `state ^ mask`; `still_ours` is asked after every load.
+#[inline]
+#[cfg_attr(
+    any(ratewell_broken = "store", ratewell_broken = "no_revalidate"),
+    allow(unused_mut, dead_code)
+)]
+pub(crate) fn apply_masked<R>(
+    decide: impl Fn(u64) -> (R, Option<u64>),
+    word: &AtomicU64,
+    mask: u64,
+    still_ours: impl Fn() -> bool,
     commit: bool,
 ) -> Applied<R> {
     let mut current = word.load(Ordering::Acquire);
@@ -89,7 +114,7 @@ pub(crate) fn apply_masked<R: Report>(
         }
         #[cfg(ratewell_broken = "no_revalidate")]
         let _ = &still_ours;
-        let (report, next) = R::decide(algorithm, current ^ mask, now, cost);
+        let (report, next) = decide(current ^ mask);
         let Some(next) = next.filter(|_| commit) else {
             #[cfg(ratewell_broken = "reject_writes")]
             if commit {
@@ -113,10 +138,16 @@ pub(crate) fn apply_masked<R: Report>(
     }
 }
 
-/// The direct limiter's case: an unmasked word that never changes owner.
+/// The direct limiter's case: an unmasked word that never changes owner, of a one-word
+/// algorithm the caller has already matched.
 #[inline]
-pub(crate) fn apply<R: Report>(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> R {
-    match apply_masked(algorithm, word, 0, || true, now, cost, true) {
+pub(crate) fn apply_one<R: Report, A: OneWord>(
+    algorithm: &A,
+    word: &AtomicU64,
+    now: u64,
+    cost: u32,
+) -> R {
+    match apply_masked(|w| R::decide(algorithm, w, now, cost), word, 0, || true, true) {
         Applied::Done(report) => report,
         Applied::Moved => unreachable!("a direct limiter's word has one owner"),
     }

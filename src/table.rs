@@ -82,7 +82,7 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 use crossbeam_utils::CachePadded;
 
-use crate::state::{Applied, Report, apply_masked};
+use crate::state::{Applied, Report, apply_algorithm};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -296,7 +296,7 @@ impl Table {
                 continue 'lookup;
             };
             let still_ours = || slot.key.load(Ordering::Acquire) == key;
-            match apply_masked(
+            match apply_algorithm(
                 algorithm,
                 &slot.state,
                 self.mask(key),
@@ -325,7 +325,7 @@ impl Table {
     ) -> Option<R> {
         let idx = policies.resolve(place.fp);
         let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
-        let (decision, next) = R::decide(algorithm, 0, now, cost);
+        let (decision, next) = R::decide_cold(algorithm, 0, now, cost);
         let Some(next) = next.filter(|_| commit) else { return Some(decision) };
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -127,6 +127,8 @@ impl Discrete {
     }
 }
 
+super::one_word!(Discrete);
+
 #[cfg(test)]
 mod tests {
     use super::*;

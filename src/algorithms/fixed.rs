@@ -144,6 +144,8 @@ impl Fixed {
     }
 }
 
+super::one_word!(Fixed);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -159,6 +159,8 @@ impl Gcra {
     }
 }
 
+super::one_word!(Gcra);
+
 #[cfg(test)]
 mod tests {
     use super::*;

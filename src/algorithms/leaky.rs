@@ -125,6 +125,8 @@ impl Leaky {
     }
 }
 
+super::one_word!(Leaky);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,6 +107,59 @@ macro_rules! entry_points {
 }
 pub(crate) use entry_points;
 
+/// A one-word algorithm as the CAS loop sees it: its decision always inlined, so that the loop
+/// is compiled once per algorithm, after a single match on [`Algorithm`] (see [`dispatch`]),
+/// with no call and no second match inside it.
+pub(crate) trait OneWord {
+    /// The decision, and the word to store if admitted.
+    fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>);
+    /// The word to store if admitted; `None` if not (the decision's fields are not computed).
+    fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64>;
+}
+
+/// Implements [`OneWord`] for an algorithm with a `run` method.
+macro_rules! one_word {
+    ($t:ty) => {
+        impl super::OneWord for $t {
+            #[inline(always)]
+            fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+                self.run(word, now, cost)
+            }
+
+            #[inline(always)]
+            fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+                self.run(word, now, cost).1
+            }
+        }
+    };
+}
+pub(crate) use one_word;
+
+/// `$body` with `$a` bound to the one-word algorithm inside `$algorithm` (each arm is compiled
+/// for its own type). The sliding log has no single word: it must not get here.
+///
+/// `dispatch!(algorithm, a => word_body, log l => log_body)` also takes the sliding log, in the
+/// same match.
+macro_rules! dispatch {
+    ($algorithm:expr, $a:ident => $body:expr) => {
+        $crate::algorithms::dispatch!($algorithm, $a => $body, log _log => {
+            unreachable!("the sliding log has no single-word state")
+        })
+    };
+    ($algorithm:expr, $a:ident => $body:expr, log $l:ident => $log:expr) => {
+        match $algorithm {
+            $crate::algorithms::Algorithm::Gcra($a) => $body,
+            $crate::algorithms::Algorithm::Discrete($a) => $body,
+            $crate::algorithms::Algorithm::Leaky($a) => $body,
+            $crate::algorithms::Algorithm::Nginx($a) => $body,
+            $crate::algorithms::Algorithm::Fixed($a) => $body,
+            $crate::algorithms::Algorithm::Sliding($a) => $body,
+            $crate::algorithms::Algorithm::Log($l) => $log,
+        }
+    };
+}
+pub(crate) use dispatch;
+
 /// Clamp a u128 nanosecond count into u64.
 #[inline]
 pub(crate) fn sat64(x: u128) -> u64 {
@@ -114,7 +167,11 @@ pub(crate) fn sat64(x: u128) -> u64 {
 }
 
 /// An algorithm with its configuration compiled into the constants of its packed word.
+///
+/// `repr(u8)`: a plain tag byte, so that a dispatch is a jump through a table on it (without
+/// it, the tag hides in a niche of a field and takes three more instructions to decode).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Algorithm {
     Gcra(gcra::Gcra),
     Discrete(discrete::Discrete),

@@ -197,6 +197,8 @@ impl Nginx {
     }
 }
 
+super::one_word!(Nginx);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,6 +171,8 @@ impl Sliding {
     }
 }
 
+super::one_word!(Sliding);
+
 #[cfg(test)]
 mod tests {
     use super::*;
