@@ -38,11 +38,16 @@ pub enum Outcome {
 /// assert_eq!(d.retry_after_ns(), Some(1_000_000_000));
 /// # Ok::<(), ratewell::PolicyError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Decision {
     outcome: Outcome,
     limit: u64,
+    /// `remaining * per` plus less than `per`: the division is left to [`Decision::remaining`],
+    /// so that a decision whose remaining count nobody reads does not pay for it (a 64-bit
+    /// division is the dearest instruction of a token bucket's decision).
     remaining: u64,
+    /// At least 1.
+    per: u64,
     reset_after: u64,
     /// Retry time for `Rejected`, delay for `Admitted`, 0 for `Impossible`.
     wait: u64,
@@ -50,15 +55,30 @@ pub struct Decision {
 
 impl Decision {
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
-        Decision { outcome: Outcome::Admitted, limit, remaining, reset_after, wait: delay }
+        let outcome = Outcome::Admitted;
+        Decision { outcome, limit, remaining, per: 1, reset_after, wait: delay }
     }
 
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
-        Decision { outcome: Outcome::Rejected, limit, remaining, reset_after, wait: retry_after }
+        let outcome = Outcome::Rejected;
+        Decision { outcome, limit, remaining, per: 1, reset_after, wait: retry_after }
     }
 
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
-        Decision { outcome: Outcome::Impossible, limit, remaining, reset_after, wait: 0 }
+        Decision { outcome: Outcome::Impossible, limit, remaining, per: 1, reset_after, wait: 0 }
+    }
+
+    /// The same decision with `floor(units / per)` remaining (`per >= 1`), divided when read.
+    #[inline]
+    pub(crate) fn remaining_over(mut self, units: u64, per: u64) -> Self {
+        self.remaining = units;
+        self.per = per.max(1);
+        self
+    }
+
+    /// The fields as they read: what equality, hashing and `Debug` look at.
+    fn fields(&self) -> (Outcome, u64, u64, u64, u64) {
+        (self.outcome, self.limit, self.remaining(), self.reset_after, self.wait)
     }
 
     /// Admitted, rejected for now, or impossible.
@@ -84,7 +104,7 @@ impl Decision {
 
     /// The largest cost that would be admitted right after this decision, at the same instant.
     pub fn remaining(&self) -> u64 {
-        self.remaining
+        if self.per == 1 { self.remaining } else { self.remaining / self.per }
     }
 
     /// Nanoseconds until the key is back to full (indistinguishable from a fresh key) if nothing
@@ -118,5 +138,31 @@ impl Decision {
     /// [`delay_ns`](Self::delay_ns) as a [`Duration`].
     pub fn delay(&self) -> Duration {
         Duration::from_nanos(self.delay_ns())
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("outcome", &self.outcome)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after)
+            .field("wait", &self.wait)
+            .finish()
     }
 }

@@ -26,7 +26,7 @@
 //! A clock reading earlier than a previous one needs no special case: `TAT` only grows, and an
 //! earlier `now` sees less refill.
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, div, div_ceil, invalid, wrap_diff};
+use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid, wrap_diff};
 use crate::decision::Decision;
 
 const OCCUPIED: u64 = 1 << 63;
@@ -122,7 +122,7 @@ impl Gcra {
         let cost = u64::from(cost);
         if cost > self.capacity {
             return (
-                Decision::impossible(self.capacity, self.tokens(debt), self.to_ns(debt)),
+                self.tokens(Decision::impossible(self.capacity, 0, self.to_ns(debt)), debt),
                 None,
             );
         }
@@ -131,12 +131,13 @@ impl Gcra {
         if after <= self.cap {
             let word = OCCUPIED | (now_x.wrapping_add(after) & X_MASK);
             (
-                Decision::admitted(self.capacity, self.tokens(after), self.to_ns(after), 0),
+                self.tokens(Decision::admitted(self.capacity, 0, self.to_ns(after), 0), after),
                 Some(word),
             )
         } else {
             let retry = self.to_ns(after - self.cap);
-            (Decision::rejected(self.capacity, self.tokens(debt), self.to_ns(debt), retry), None)
+            let d = Decision::rejected(self.capacity, 0, self.to_ns(debt), retry);
+            (self.tokens(d, debt), None)
         }
     }
 
@@ -145,10 +146,10 @@ impl Gcra {
         self.to_ns(diff.max(0) as u64)
     }
 
-    /// Whole tokens left with `debt` outstanding.
+    /// `decision` with the whole tokens left with `debt` outstanding (divided when read).
     #[inline]
-    fn tokens(&self, debt: u64) -> u64 {
-        div(self.cap.saturating_sub(debt), self.d)
+    fn tokens(&self, decision: Decision, debt: u64) -> Decision {
+        decision.remaining_over(self.cap.saturating_sub(debt), self.d)
     }
 
     /// `1/N'` ns units to whole ns, rounded up.

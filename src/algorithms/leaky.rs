@@ -18,7 +18,7 @@
 //! `TAT + T <= now`: then `max(now, TAT + T) = now`, exactly as for a new key.
 
 use super::gcra::compile_period;
-use super::{Invalid, div, div_ceil, wrap_diff};
+use super::{Invalid, div_ceil, wrap_diff};
 use crate::decision::Decision;
 
 const OCCUPIED: u64 = 1 << 63;
@@ -77,7 +77,7 @@ impl Leaky {
         let cost = u64::from(cost);
         if cost > limit {
             return (
-                Decision::impossible(limit, self.remaining_before(backlog), self.to_ns(backlog)),
+                self.remaining_before(Decision::impossible(limit, 0, self.to_ns(backlog)), backlog),
                 None,
             );
         }
@@ -93,18 +93,14 @@ impl Leaky {
                     div_ceil(queued, self.n)
                 }
             };
-            let remaining = div(self.cap - excess, self.d);
             let reset = self.to_ns(excess + self.d);
-            (Decision::admitted(limit, remaining, reset, delay), Some(word))
+            let d = Decision::admitted(limit, 0, reset, delay)
+                .remaining_over(self.cap - excess, self.d);
+            (d, Some(word))
         } else {
             let retry = self.to_ns(excess - self.cap);
-            let d = Decision::rejected(
-                limit,
-                self.remaining_before(backlog),
-                self.to_ns(backlog),
-                retry,
-            );
-            (d, None)
+            let d = Decision::rejected(limit, 0, self.to_ns(backlog), retry);
+            (self.remaining_before(d, backlog), None)
         }
     }
 
@@ -112,10 +108,13 @@ impl Leaky {
         self.to_ns(self.backlog(word, now).1)
     }
 
-    /// The largest cost admitted now with `backlog` outstanding.
+    /// `decision` with the largest cost admitted now with `backlog` outstanding:
+    /// `floor((cap - backlog) / d) + 1`, that is `floor((cap - backlog + d) / d)`, divided when
+    /// read.
     #[inline]
-    fn remaining_before(&self, backlog: u64) -> u64 {
-        if backlog > self.cap { 0 } else { div(self.cap - backlog, self.d) + 1 }
+    fn remaining_before(&self, decision: Decision, backlog: u64) -> Decision {
+        let units = if backlog > self.cap { 0 } else { self.cap - backlog + self.d };
+        decision.remaining_over(units, self.d)
     }
 
     #[inline]

@@ -70,14 +70,9 @@ pub(crate) const fn bits_for(n: u64) -> u32 {
     64 - n.leading_zeros()
 }
 
-/// `a / b`, or 0 for `b == 0` (never the case here): a division that cannot panic is free of side
-/// effects, so the compiler can drop it when only the admission is wanted (the `admit` paths).
-#[inline]
-pub(crate) fn div(a: u64, b: u64) -> u64 {
-    a.checked_div(b).unwrap_or(0)
-}
-
-/// `ceil(a / b)`, or 0 for `b == 0`; see [`div`].
+/// `ceil(a / b)`, or 0 for `b == 0` (never the case here): a division that cannot panic is free
+/// of side effects, so the compiler can drop it when only the admission is wanted (the `admit`
+/// paths).
 #[inline]
 pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
     if b == 0 { 0 } else { a.div_ceil(b) }
