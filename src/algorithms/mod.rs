@@ -184,43 +184,19 @@ impl Algorithm {
     /// Must not be called for the sliding log (it has no single word).
     #[inline]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-        match self {
-            Algorithm::Gcra(a) => a.decide(word, now, cost),
-            Algorithm::Discrete(a) => a.decide(word, now, cost),
-            Algorithm::Leaky(a) => a.decide(word, now, cost),
-            Algorithm::Nginx(a) => a.decide(word, now, cost),
-            Algorithm::Fixed(a) => a.decide(word, now, cost),
-            Algorithm::Sliding(a) => a.decide(word, now, cost),
-            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
-        }
+        dispatch!(self, a => a.decide(word, now, cost))
     }
 
     /// Only whether a one-word algorithm admits, and the word to store (the lean path).
     #[inline]
     pub(crate) fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
-        match self {
-            Algorithm::Gcra(a) => a.admit(word, now, cost),
-            Algorithm::Discrete(a) => a.admit(word, now, cost),
-            Algorithm::Leaky(a) => a.admit(word, now, cost),
-            Algorithm::Nginx(a) => a.admit(word, now, cost),
-            Algorithm::Fixed(a) => a.admit(word, now, cost),
-            Algorithm::Sliding(a) => a.admit(word, now, cost),
-            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
-        }
+        dispatch!(self, a => a.admit(word, now, cost))
     }
 
     /// Nanoseconds from `now` until `word` is back to full if nothing arrives; 0 means the word is
     /// indistinguishable from a fresh key's and may be dropped.
     pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
-        match self {
-            Algorithm::Gcra(a) => a.reset_after(word, now),
-            Algorithm::Discrete(a) => a.reset_after(word, now),
-            Algorithm::Leaky(a) => a.reset_after(word, now),
-            Algorithm::Nginx(a) => a.reset_after(word, now),
-            Algorithm::Fixed(a) => a.reset_after(word, now),
-            Algorithm::Sliding(a) => a.reset_after(word, now),
-            Algorithm::Log(_) => unreachable!("the sliding log has no single-word state"),
-        }
+        dispatch!(self, a => a.reset_after(word, now))
     }
 
     /// The longest gap between two decisions on a key over which every decision is exact.
