@@ -242,9 +242,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     }
 
     fn rehome(&self, hash: u64) {
-        let now = self.clock.now();
         match &self.backend {
-            Backend::Words(table) => table.migrate(&self.registry, table.place(hash), now),
+            Backend::Words(table) => table.migrate(&self.registry, table.place(hash)),
             Backend::Logs(table) => table.migrate(&self.registry, hash),
         }
     }

@@ -292,7 +292,7 @@ impl Table {
                 }
             };
             let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                self.migrate(policies, place, now);
+                self.migrate(policies, place);
                 continue 'lookup;
             };
             let still_ours = || slot.key.load(Ordering::Acquire) == key;
@@ -429,8 +429,7 @@ impl Table {
     /// Move the key at `place` (if present) to the policy `resolve` now gives it, fresh.
     #[cold]
     #[inline(never)]
-    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place, now: u64) {
-        let _ = now;
+    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place) {
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
         let Some((slot, key)) = self.find(place) else { return };
