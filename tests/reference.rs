@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Gap, Op, run};
+use common::{Gap, Op, duration_text, run};
 use proptest::prelude::*;
 use ratewell::Policy;
 
@@ -16,15 +16,6 @@ const S: u64 = 1_000_000_000;
 const M: u64 = 60 * S;
 const H: u64 = 60 * M;
 const D: u64 = 24 * H;
-
-fn duration_text(ns: u64) -> String {
-    for (unit, size) in [("d", D), ("h", H), ("m", M), ("s", S), ("ms", MS), ("us", US)] {
-        if ns.is_multiple_of(size) {
-            return format!("{}{unit}", ns / size);
-        }
-    }
-    format!("{ns}ns")
-}
 
 /// Counts: small, round, prime, and the extremes.
 fn count() -> impl Strategy<Value = u32> {

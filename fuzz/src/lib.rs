@@ -85,12 +85,5 @@ pub fn check<M: Model>(text: &str, model: M, start: u64, raw: &[RawOp]) {
     }
 }
 
-/// A duration as the policy grammar spells it.
-pub fn text(ns: u64) -> String {
-    for (unit, size) in [("d", 86_400 * S), ("h", 3_600 * S), ("m", 60 * S), ("s", S), ("ms", 1_000_000), ("us", 1_000)] {
-        if ns % size == 0 {
-            return format!("{}{unit}", ns / size);
-        }
-    }
-    format!("{ns}ns")
-}
+/// A duration as the policy grammar spells it (the property tests' own spelling).
+pub use common::duration_text as text;

@@ -463,3 +463,22 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
     }
     Ok(())
 }
+
+/// A duration as the policy grammar spells it: the largest unit that divides it exactly.
+pub fn duration_text(ns: u64) -> String {
+    const S: u64 = 1_000_000_000;
+    let units = [
+        ("d", 86_400 * S),
+        ("h", 3_600 * S),
+        ("m", 60 * S),
+        ("s", S),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ];
+    for (unit, size) in units {
+        if ns.is_multiple_of(size) {
+            return format!("{}{unit}", ns / size);
+        }
+    }
+    format!("{ns}ns")
+}
