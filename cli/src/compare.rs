@@ -234,12 +234,16 @@ struct Request {
 const BATCH: usize = 1 << 14;
 
 /// Every policy decides the batch; the policies are spread over the machine's cores (they share
-/// nothing, each has its own limiter and clock).
-fn decide_all(runs: &mut [Run], batch: &[Request], keys: usize, charted: Option<(u32, u64)>) {
-    let cores = thread::available_parallelism().map_or(1, |n| n.get());
-    let per_thread = runs.len().div_ceil(cores.min(runs.len()).max(1));
+/// nothing, each has its own limiter and clock), `per_thread` policies to a thread.
+fn decide_all(
+    runs: &mut [Run],
+    per_thread: usize,
+    batch: &[Request],
+    keys: usize,
+    charted: Option<(u32, u64)>,
+) {
     thread::scope(|s| {
-        let mut groups = runs.chunks_mut(per_thread.max(1));
+        let mut groups = runs.chunks_mut(per_thread);
         let here = groups.next();
         for group in groups {
             s.spawn(move || group.iter_mut().for_each(|r| r.decide_batch(batch, keys, charted)));
@@ -389,6 +393,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         })
         .collect();
     let charted = chart_plan.map(|(key, width, _)| (key, width));
+    // Asked once: on Linux the answer reads the affinity mask and the cgroup's CPU quota.
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = runs.len().div_ceil(cores.min(runs.len())).max(1);
 
     let (file, size) = open(&args.trace)?;
     let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
@@ -407,7 +414,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         let Some(last) = batch.last() else { break };
         requests += batch.len() as u64;
         end = last.t;
-        decide_all(&mut runs, &batch, keys.len(), charted);
+        decide_all(&mut runs, per_thread, &batch, keys.len(), charted);
         progress.update(reader.bytes(), reader.lines());
     }
     progress.finish(reader.lines());
