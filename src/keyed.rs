@@ -4,13 +4,12 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64 as StdAtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU8};
 use std::sync::{Mutex as StdMutex, OnceLock};
-
-use crossbeam_utils::CachePadded;
 
 use crate::algorithms::Algorithm;
 use crate::clock::{Clock, QuantaClock};
+use crate::counts::Counts;
 use crate::decision::Decision;
 use crate::log_table::LogTable;
 use crate::policy::{Policy, PolicyError};
@@ -28,7 +27,7 @@ use crate::table::{MAX_POLICIES, OnFull, Policies, Table};
 /// with [`OnFull::Refuse`], the new key refused. The sliding log keeps a log per key and locks its
 /// shard for every decision.
 ///
-/// Keys are hashed with a per-process-seeded `ahash` and stored as 56-bit fingerprints: hash the
+/// Keys are hashed with a per-process-seeded `ahash` and stored as 54-bit fingerprints: hash the
 /// same type for the same key (`&str` and `String` hash alike; `u32` and `u64` do not).
 ///
 /// # Examples
@@ -56,7 +55,7 @@ pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
     backend: Backend,
     hasher: ahash::RandomState,
     clock: C,
-    counts: Stripes,
+    counts: Counts,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -123,7 +122,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             backend,
             hasher,
             clock,
-            counts: Stripes::new(),
+            counts: Counts::new(),
             _key: PhantomData,
         }
     }
@@ -179,9 +178,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let now = self.clock.now();
         match &self.backend {
-            Backend::Words(table) => {
-                table.decide::<R, _>(&self.registry, table.place(hash), now, cost, commit)
-            }
+            Backend::Words(table) => table.decide::<R, _>(&self.registry, hash, now, cost, commit),
             Backend::Logs(table) => {
                 R::from_decision(table.decide(&self.registry, hash, now, cost, commit))
             }
@@ -302,7 +299,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
 /// Indices are never reused: a key stored under a retired index is moved to its current policy at
 /// its next decision, and reusing the index could make it read another policy's state.
 pub(crate) struct Registry {
-    entries: Box<[OnceLock<Entry>]>,
+    /// Indexed by a `u8` with no bounds check; index 255 (`MAX_POLICIES`) is never set.
+    entries: Box<[OnceLock<Entry>; 256]>,
     default: AtomicU8,
     has_overrides: AtomicBool,
     admin: StdMutex<Admin>,
@@ -325,7 +323,10 @@ fn is_log(policy: &Policy) -> bool {
 
 impl Registry {
     fn new(policy: &Policy) -> Self {
-        let entries: Box<[OnceLock<Entry>]> = (0..MAX_POLICIES).map(|_| OnceLock::new()).collect();
+        let entries: Box<[OnceLock<Entry>]> = (0..256).map(|_| OnceLock::new()).collect();
+        let Ok(entries) = <Box<[OnceLock<Entry>; 256]>>::try_from(entries) else {
+            unreachable!("256 entries")
+        };
         let _ = entries[0].set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
         Registry {
             entries,
@@ -416,7 +417,7 @@ impl Registry {
 impl Policies for Registry {
     #[inline]
     fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
-        let entry = self.entries.get(usize::from(idx))?.get()?;
+        let entry = self.entries[usize::from(idx)].get()?;
         // Relaxed suffices: a stale `false` decides once more under the policy the key was
         // stored with, as if the change had come a moment later.
         (!entry.retired.load(Ordering::Relaxed)).then_some(&entry.policy.algorithm)
@@ -429,37 +430,5 @@ impl Policies for Registry {
             }
         }
         self.default.load(Ordering::Acquire)
-    }
-}
-
-/// Admitted/rejected counters striped by thread, so that threads write different cache lines.
-struct Stripes {
-    cells: Box<[CachePadded<[StdAtomicU64; 2]>]>,
-}
-
-const STRIPES: usize = 32;
-
-fn stripe() -> usize {
-    static NEXT: StdAtomicU64 = StdAtomicU64::new(0);
-    thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES;
-    }
-    STRIPE.with(|s| *s)
-}
-
-impl Stripes {
-    fn new() -> Self {
-        Stripes { cells: (0..STRIPES).map(|_| CachePadded::new(Default::default())).collect() }
-    }
-
-    #[inline]
-    fn record(&self, admitted: bool) {
-        self.cells[stripe()][usize::from(!admitted)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn sum(&self) -> (u64, u64) {
-        self.cells.iter().fold((0, 0), |(a, r), c| {
-            (a + c[0].load(Ordering::Relaxed), r + c[1].load(Ordering::Relaxed))
-        })
     }
 }

@@ -67,8 +67,8 @@
 //!
 //! # Caveats
 //!
-//! - [`KeyedLimiter`] stores keys as 56-bit fingerprints: two distinct keys merge with probability
-//!   about 2^-56 per pair sharing a bucket.
+//! - [`KeyedLimiter`] stores keys as 54-bit fingerprints: two distinct keys merge with probability
+//!   at most about 2^-54 per pair sharing a bucket.
 //! - Its capacity is fixed; beyond it, live keys are evicted (counted) or refused
 //!   ([`OnFull::Refuse`]), after every reclaimable key has been reclaimed.
 //! - The sliding log locks a mutex (per limiter, or per shard of the keyed table): its state is a
@@ -78,6 +78,7 @@
 
 mod algorithms;
 mod clock;
+mod counts;
 mod decision;
 mod headers;
 mod ip;

@@ -3,20 +3,24 @@
 //! # Layout
 //!
 //! The table has `S` shards (a power of two), each [`CachePadded`] with its own insert lock and
-//! metrics, and an array of 128-byte buckets (two adjacent cache lines) of eight 16-byte slots:
+//! metrics and owning a run of consecutive buckets in one array of 128-byte buckets (two adjacent
+//! cache lines) of eight 16-byte slots:
 //!
 //! | word    | bits   | meaning                                                               |
 //! |---------|--------|-----------------------------------------------------------------------|
 //! | `key`   | 56..64 | index of the key's policy in the limiter's registry (0..=254)         |
-//! | `key`   | 0..56  | fingerprint: 56 bits of the key's 64-bit hash, never 0 or all ones    |
+//! | `key`   | 0..56  | fingerprint: 54 bits of the key's 64-bit hash, stored odd and below 2^55 |
 //! | `key`   | all    | `EMPTY` = 0: a free slot; `TOMBSTONE` = all ones: a slot being changed |
 //! | `state` | 0..64  | the algorithm's state word XOR `mask(key)` (see *No ABA*)              |
 //!
 //! So a slot is 16 bytes and a key's fingerprint and state share a cache line: a hit on a cold key
 //! costs one DRAM miss (two for a key in the second line of its bucket, which the adjacent-line
 //! prefetcher usually hides). A key may live in one of two buckets chosen by the hash (16
-//! candidate slots, "two-choice" placement); the shard comes from the hash's low bits, the buckets
-//! from a second mix of it, and the fingerprint from its high 56 bits.
+//! candidate slots, "two-choice" placement); the shard comes from the hash's low 8 bits, the
+//! fingerprint from its high 54 bits (shifted down and made odd: never `EMPTY`, and below 2^55 so
+//! never the low bits of `TOMBSTONE`, so a scan needs one compare a slot), and the buckets from
+//! the hash multiplied by an odd constant (high and middle bits), so that two keys that agree on
+//! shard and fingerprint still land in unrelated buckets.
 //!
 //! Without relocation of keys between their two buckets (cuckoo moves, not done), the first live
 //! key is evicted when one key's two buckets are both full of live keys: measured at about 28% of
@@ -24,14 +28,17 @@
 //! of new live keys. Size the capacity above the live keys you want to keep exactly.
 //!
 //! Keys are stored only as fingerprints of a per-process-seeded `ahash`: two distinct keys merge
-//! only if their 56-bit fingerprints are equal and they share a candidate bucket (about 2^-56 per
-//! pair of keys in a neighbourhood).
+//! only if their 54-bit fingerprints are equal and they share a candidate bucket: at most about
+//! 2^-54 per pair of keys sharing a bucket. (With 256 shards, from 256Ki keys up, the shard takes
+//! 8 more bits of the hash, and the bucket, a function of all 64, separates most of the rest.)
 //!
 //! # The hot path (a key already present)
 //!
-//! Hash once, scan the key's buckets for its fingerprint, then a CAS loop on the state word:
+//! Hash once, scan the key's first bucket for its fingerprint, then a CAS loop on the state word:
 //! load the state (`Acquire`), check that the key word still holds this key, decide, and
-//! compare-exchange. No lock, no allocation, no write on a rejection.
+//! compare-exchange. No lock, no allocation, no write on a rejection. Everything else (a key in
+//! its second bucket, a new key, a key whose policy was retired, a slot that changed owner under
+//! the decision) goes to one out-of-line path that looks the key up again in both buckets.
 //!
 //! # Insertion and eviction (the slow path, under the shard's lock)
 //!
@@ -62,7 +69,8 @@
 //! - *Keyed masks.* A decider that read `w` before step 2 and compare-exchanges after it fails
 //!   unless the new occupant's stored word equals `w` bit for bit. Stored words are XORed with
 //!   `mask(key word)`, a 64-bit mix of the key word (fingerprint and policy index) and a secret
-//!   drawn per table, so equal *states* of two keys are different *words*: the exchange could only
+//!   drawn per table (a 64x64->128-bit multiply folded to 64 bits, as ahash mixes), so equal
+//!   *states* of two keys are different *words*: the exchange could only
 //!   succeed if K2's state were exactly `K's state ^ mask(K) ^ mask(K2)`, a pseudo-random value
 //!   (odds like a fingerprint collision's). The same key re-inserted gets the same mask: its stale
 //!   decider may then succeed, which is harmless (its decision is a decision for that key, on that
@@ -89,6 +97,9 @@ pub(crate) const EMPTY: u64 = 0;
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
 const FP_BITS: u32 = 56;
 const FP_MASK: u64 = (1 << FP_BITS) - 1;
+/// Odd constants of the bucket spread and of the state mask (the digits of pi and of e).
+const SPREAD: u64 = 0x243f_6a88_85a3_08d3;
+const MASK_MUL: u64 = 0xb7e1_5162_8aed_2a6b;
 /// Policy indices 0..=254; 255 would make `TOMBSTONE` a valid key word.
 pub(crate) const MAX_POLICIES: usize = 255;
 const SLOTS_PER_BUCKET: usize = 8;
@@ -108,7 +119,6 @@ struct Bucket {
 
 #[derive(Debug)]
 struct Shard {
-    buckets: Box<[Bucket]>,
     /// Serializes insertions, evictions and removals; never taken by a decision on a present key.
     lock: Mutex<()>,
     // Written only under `lock` (so never on the hot path): plain std atomics, not modelled.
@@ -150,6 +160,8 @@ pub(crate) struct TableStats {
 
 #[derive(Debug)]
 pub(crate) struct Table {
+    /// `buckets_per_shard` buckets for each shard in turn.
+    buckets: Box<[Bucket]>,
     shards: Box<[CachePadded<Shard>]>,
     shard_mask: u64,
     buckets_per_shard: u64,
@@ -161,6 +173,7 @@ pub(crate) struct Table {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Place {
     shard: usize,
+    /// The candidate buckets, as indices into the whole array (both in the shard's run).
     b1: usize,
     b2: usize,
     fp: u64,
@@ -197,7 +210,6 @@ impl Table {
         let shards: Box<[_]> = (0..shards)
             .map(|_| {
                 CachePadded::new(Shard {
-                    buckets: (0..buckets_per_shard).map(|_| Bucket::default()).collect(),
                     lock: Mutex::new(()),
                     len: StdAtomicU64::new(0),
                     reclaims: StdAtomicU64::new(0),
@@ -206,7 +218,9 @@ impl Table {
                 })
             })
             .collect();
+        let buckets = (0..shards.len() as u64 * buckets_per_shard).map(|_| Bucket::default());
         Table {
+            buckets: buckets.collect(),
             shard_mask: shards.len() as u64 - 1,
             shards,
             buckets_per_shard,
@@ -236,16 +250,15 @@ impl Table {
 
     #[inline]
     pub(crate) fn place(&self, hash: u64) -> Place {
-        let mut fp = hash >> (64 - FP_BITS);
-        if fp == 0 {
-            fp = 1;
-        } else if fp == FP_MASK {
-            fp = FP_MASK - 1;
-        }
-        let spread = mix(hash);
-        let b1 = scale(spread, self.buckets_per_shard);
-        let b2 = scale(spread.rotate_left(32), self.buckets_per_shard);
-        Place { shard: (hash & self.shard_mask) as usize, b1, b2, fp }
+        // Bits 10..64 of the hash, odd: never EMPTY, and below 2^55, so never all ones (a slot's
+        // key word masked to its fingerprint bits only equals `fp` for this fingerprint).
+        let fp = (hash >> (64 - FP_BITS + 1)) | 1;
+        let spread = hash.wrapping_mul(SPREAD);
+        let shard = hash & self.shard_mask;
+        let first = shard * self.buckets_per_shard;
+        let b1 = first as usize + scale(spread, self.buckets_per_shard);
+        let b2 = first as usize + scale(spread.rotate_left(32), self.buckets_per_shard);
+        Place { shard: shard as usize, b1, b2, fp }
     }
 
     #[inline]
@@ -253,60 +266,95 @@ impl Table {
         if cfg!(ratewell_broken = "no_mask") {
             return 0;
         }
-        mix(key ^ self.secret)
+        let m = u128::from(key ^ self.secret) * u128::from(MASK_MUL);
+        (m as u64) ^ ((m >> 64) as u64)
     }
 
-    /// The slot holding `fp`, with its key word.
+    /// The slot of bucket `b` of the key's shard holding its fingerprint, with its key word.
+    #[inline(always)]
+    fn find_in(&self, place: Place, b: usize) -> Option<(&Slot, u64)> {
+        self.buckets[b].slots.iter().find_map(|slot| {
+            let key = slot.key.load(Ordering::Acquire);
+            (key & FP_MASK == place.fp).then_some((slot, key))
+        })
+    }
+
+    /// The slot holding the key, with its key word.
     #[inline]
     fn find(&self, place: Place) -> Option<(&Slot, u64)> {
-        let shard = &self.shards[place.shard];
-        for b in [place.b1, place.b2] {
-            for slot in &shard.buckets[b].slots {
-                let key = slot.key.load(Ordering::Acquire);
-                if key & FP_MASK == place.fp && key != TOMBSTONE {
-                    return Some((slot, key));
-                }
-            }
-            if place.b2 == place.b1 {
-                break;
-            }
-        }
-        None
+        self.find_in(place, place.b1)
+            .or_else(|| if place.b2 == place.b1 { None } else { self.find_in(place, place.b2) })
     }
 
-    /// Decide a request for the key at `place`; take it if admitted and `commit`.
+    /// Decide a request for the key with hash `hash`; take it if admitted and `commit`.
+    ///
+    /// Inlined: a key in its first bucket, on a live policy, whose slot keeps its owner. The rest
+    /// is [`decide_slow`](Self::decide_slow).
     #[inline]
     pub(crate) fn decide<R: Report, P: Policies>(
         &self,
         policies: &P,
-        place: Place,
+        hash: u64,
         now: u64,
         cost: u32,
         commit: bool,
     ) -> R {
-        'lookup: loop {
+        let place = self.place(hash);
+        if let Some((slot, key)) = self.find_in(place, place.b1) {
+            if let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) {
+                if let Some(report) = self.apply(algorithm, slot, key, now, cost, commit) {
+                    return report;
+                }
+            }
+        }
+        self.decide_slow(policies, hash, now, cost, commit)
+    }
+
+    /// The CAS loop on `slot`, holding `key` when it was found; `None` if the slot changed owner.
+    #[inline(always)]
+    fn apply<R: Report>(
+        &self,
+        algorithm: &crate::algorithms::Algorithm,
+        slot: &Slot,
+        key: u64,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Option<R> {
+        let still_ours = || slot.key.load(Ordering::Acquire) == key;
+        match apply_algorithm(algorithm, &slot.state, self.mask(key), still_ours, now, cost, commit)
+        {
+            Applied::Done(report) => Some(report),
+            Applied::Moved => None,
+        }
+    }
+
+    /// Everything but the fast path: a key in its second bucket, a new key, a key on a retired
+    /// policy, a slot that changed owner meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn decide_slow<R: Report, P: Policies>(
+        &self,
+        policies: &P,
+        hash: u64,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> R {
+        let place = self.place(hash);
+        loop {
             let Some((slot, key)) = self.find(place) else {
                 match self.insert_slow(policies, place, now, cost, commit) {
                     Some(decision) => return decision,
-                    None => continue 'lookup,
+                    None => continue,
                 }
             };
             let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
                 self.migrate(policies, place);
-                continue 'lookup;
+                continue;
             };
-            let still_ours = || slot.key.load(Ordering::Acquire) == key;
-            match apply_algorithm(
-                algorithm,
-                &slot.state,
-                self.mask(key),
-                still_ours,
-                now,
-                cost,
-                commit,
-            ) {
-                Applied::Done(decision) => return decision,
-                Applied::Moved => continue 'lookup,
+            if let Some(report) = self.apply(algorithm, slot, key, now, cost, commit) {
+                return report;
             }
         }
     }
@@ -362,14 +410,13 @@ impl Table {
     /// Pick the slot for a new key among its candidates (under the shard lock): a free one, else
     /// a reclaimable one, else a victim (or none, fail-closed).
     fn choose<'a, P: Policies>(&'a self, policies: &P, place: Place, now: u64) -> Choice<'a> {
-        let shard = &self.shards[place.shard];
         let mut reclaimable = None;
         let mut victim: Option<(&Slot, u64, u64, (u64, u64))> = None;
         let mut soonest = u64::MAX;
         let buckets =
             if place.b1 == place.b2 { &[place.b1][..] } else { &[place.b1, place.b2][..] };
         for &b in buckets {
-            for slot in &shard.buckets[b].slots {
+            for slot in &self.buckets[b].slots {
                 let key = slot.key.load(Ordering::Acquire);
                 if key == EMPTY {
                     return Choice::Free(slot);
@@ -461,9 +508,10 @@ impl Table {
     /// Reclaim every key indistinguishable from a fresh one at `now`; returns how many.
     pub(crate) fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
         let mut reclaimed = 0;
-        for shard in self.shards.iter() {
+        let runs = self.buckets.chunks(self.buckets_per_shard as usize);
+        for (shard, run) in self.shards.iter().zip(runs) {
             let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
-            for slot in shard.buckets.iter().flat_map(|b| &b.slots) {
+            for slot in run.iter().flat_map(|b| &b.slots) {
                 let key = slot.key.load(Ordering::Acquire);
                 if key == EMPTY {
                     continue;

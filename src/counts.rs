@@ -1,0 +1,167 @@
+//! Admitted and rejected counters that a decision updates without a locked instruction.
+//!
+//! A keyed limiter counts every decision. A `fetch_add` per decision is a second locked
+//! instruction next to the state's compare-exchange (a full barrier on x86: it drains the store
+//! buffer), and a counter shared between threads is a cache line they pass back and forth. So:
+//!
+//! - every thread that counts leases an index below [`OWNED`] from a process-wide bitmap, for as
+//!   long as it lives (its thread-local lease gives the index back when the thread exits);
+//! - a [`Counts`] keeps one cache-padded pair of counters per index. Only the thread holding the
+//!   index writes them, so an update is a plain load and store (`Relaxed`), not a read-modify-write:
+//!   no other writer can come between the two;
+//! - a thread without an index (more than [`OWNED`] threads counting at once, or one whose
+//!   thread-locals are being torn down) adds to one of [`SHARED`] striped pairs with `fetch_add`.
+//!
+//! Reading sums every pair, with `Relaxed` loads: a total of counts each exact, possibly a moment
+//! behind decisions being made meanwhile.
+//!
+//! Handing an index over: the exiting thread's last stores to its counters come before the
+//! `Release` of its bit; the next thread takes the bit with an `Acquire` compare-exchange, so its
+//! first load of each counter sees those stores, and it goes on from there.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+/// Threads that can count at the same time without a read-modify-write.
+pub(crate) const OWNED: usize = 64;
+/// Striped counters for the threads beyond [`OWNED`].
+const SHARED: usize = 8;
+
+/// Bit `i` set: index `i` is leased to a live thread.
+static LEASED: AtomicU64 = AtomicU64::new(0);
+
+/// This thread has not asked for an index yet.
+const UNASKED: usize = usize::MAX;
+/// This thread has no index: it counts on the shared stripes.
+const NO_INDEX: usize = OWNED;
+
+thread_local! {
+    /// This thread's index, or [`UNASKED`], or [`NO_INDEX`]. No destructor, so reading it is a
+    /// plain thread-local load, valid until the thread is gone.
+    static INDEX: Cell<usize> = const { Cell::new(UNASKED) };
+    /// Holds the leased index; gives it back when the thread exits.
+    static LEASE: Lease = Lease::take();
+}
+
+const _: () = assert!(OWNED <= 64 && NO_INDEX < UNASKED);
+
+struct Lease(Option<usize>);
+
+impl Lease {
+    fn take() -> Self {
+        let mut leased = LEASED.load(Ordering::Relaxed);
+        loop {
+            let free = !leased;
+            if free == 0 {
+                return Lease(None);
+            }
+            let bit = free.trailing_zeros() as usize;
+            match LEASED.compare_exchange_weak(
+                leased,
+                leased | 1 << bit,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Lease(Some(bit)),
+                Err(now) => leased = now,
+            }
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Whatever this thread counts from now on goes to the shared stripes.
+        let _ = INDEX.try_with(|i| i.set(NO_INDEX));
+        if let Some(bit) = self.0 {
+            LEASED.fetch_and(!(1 << bit), Ordering::Release);
+        }
+    }
+}
+
+/// One limiter's admitted and rejected counts.
+pub(crate) struct Counts {
+    owned: Box<[CachePadded<[AtomicU64; 2]>; OWNED]>,
+    shared: Box<[CachePadded<[AtomicU64; 2]>; SHARED]>,
+}
+
+impl Counts {
+    pub(crate) fn new() -> Self {
+        Counts {
+            owned: Box::new(std::array::from_fn(|_| CachePadded::default())),
+            shared: Box::new(std::array::from_fn(|_| CachePadded::default())),
+        }
+    }
+
+    /// Count one decision.
+    #[inline]
+    pub(crate) fn record(&self, admitted: bool) {
+        let column = usize::from(!admitted);
+        let index = INDEX.with(Cell::get);
+        if index < OWNED {
+            let counter = &self.owned[index][column];
+            // This thread is the only writer of its pair: no update can come in between.
+            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        } else {
+            self.record_unowned(index, column);
+        }
+    }
+
+    /// A thread's first count (it leases an index), or one of a thread without an index.
+    #[cold]
+    #[inline(never)]
+    fn record_unowned(&self, index: usize, column: usize) {
+        if index == UNASKED {
+            // `try_with` fails only while this thread's thread-locals are being destroyed.
+            let leased = LEASE.try_with(|lease| lease.0).ok().flatten();
+            INDEX.with(|i| i.set(leased.unwrap_or(NO_INDEX)));
+            if leased.is_some() {
+                return self.record(column == 0);
+            }
+        }
+        // Threads without an index spread over the stripes by the address of their thread-local.
+        let stripe = INDEX.with(|i| std::ptr::from_ref(i) as usize >> 6) % SHARED;
+        self.shared[stripe][column].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(admitted, rejected)` over every thread.
+    pub(crate) fn sum(&self) -> (u64, u64) {
+        self.owned.iter().chain(self.shared.iter()).fold((0, 0), |(a, r), pair| {
+            (a + pair[0].load(Ordering::Relaxed), r + pair[1].load(Ordering::Relaxed))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn counts_from_many_threads_add_up() {
+        // More threads than indices, several rounds (indices are handed over as threads exit).
+        let counts = Arc::new(Counts::new());
+        for _ in 0..3 {
+            let handles: Vec<_> = (0..OWNED + 20)
+                .map(|t| {
+                    let counts = Arc::clone(&counts);
+                    std::thread::spawn(move || {
+                        for i in 0..1000 {
+                            counts.record((i + t) % 3 != 0);
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+        }
+        let threads = 3 * (OWNED + 20);
+        let rejected: usize =
+            (0..OWNED + 20).map(|t| (0..1000).filter(|i| (i + t) % 3 == 0).count()).sum::<usize>()
+                * 3;
+        assert_eq!(counts.sum(), ((threads * 1000 - rejected) as u64, rejected as u64));
+    }
+}
