@@ -215,16 +215,24 @@ fn parallel(threads: usize, iters: u64, op: Arc<dyn Fn(usize, u64) + Send + Sync
 fn contention(c: &mut Criterion) {
     let mut g = c.benchmark_group("contention");
     g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(20);
-    let allowing = Arc::new(KeyedLimiter::<u64>::new(&policy(ALLOWING[0].1), 1 << 17));
     let hot_allowed = Arc::new(Limiter::new(&policy(ALLOWING[0].1)));
     let hot_denied = Arc::new(Limiter::new(&policy(DENYING[0].1)));
     hot_denied.check();
-    let keyed_denied = Arc::new(KeyedLimiter::<u64>::new(&policy(DENYING[0].1), 1 << 17));
-    for k in 0..1 << 14 {
-        allowing.check(&k);
-        keyed_denied.check(&k);
-    }
-    for threads in [1, 2] {
+    // 1 and 2 threads; `RATEWELL_BENCH_THREADS=1,2,4,8,16` on a machine with more cores.
+    let counts = std::env::var("RATEWELL_BENCH_THREADS").unwrap_or_else(|_| "1,2".into());
+    let counts = counts.split(',').map(|t| t.trim().parse::<u64>().expect("thread counts"));
+    for threads in counts {
+        // Each thread its own 8,192 keys, all present, in a table of eight slots a key (12.5%
+        // load, the same for every thread count).
+        let keyed = |text: &str| {
+            let l = Arc::new(KeyedLimiter::<u64>::new(&policy(text), (threads << 16) as usize));
+            for k in 0..threads << 13 {
+                l.check(&k);
+            }
+            l
+        };
+        let (allowing, keyed_denied) = (keyed(ALLOWING[0].1), keyed(DENYING[0].1));
+        let threads = threads as usize;
         // Distinct keys: thread t walks its own 8,192 keys.
         let l = Arc::clone(&allowing);
         let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
@@ -238,6 +246,33 @@ fn contention(c: &mut Criterion) {
             black_box(l.check(&((t as u64) << 13 | (i & 8191))));
         });
         g.bench_function(BenchmarkId::new("distinct_keys_denied", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+        drop((allowing, keyed_denied));
+        // The same with governor's keyed limiter (DashMap: a shard's read lock per decision).
+        let governor = Arc::new(RateLimiter::keyed(Quota::per_second(
+            NonZeroU32::new(1_000_000_000).unwrap(),
+        )));
+        for k in 0..(threads as u64) << 13 {
+            let _ = governor.check_key(&k);
+        }
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+            black_box(governor.check_key(&((t as u64) << 13 | (i & 8191))).is_ok());
+        });
+        g.bench_function(BenchmarkId::new("governor_distinct_keys_allowed", threads), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
+        });
+        // Out of cache: each thread its own 2^20 keys in random order (25% load, as `keyed`), so
+        // that a bucket is rarely in another core's cache when a thread writes it.
+        let big = Arc::new(KeyedLimiter::<u64>::new(&policy(ALLOWING[0].1), threads << 22));
+        for k in 0..(threads as u64) << 20 {
+            big.check(&k);
+        }
+        let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+            let k = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44; // 20 bits, scattered
+            black_box(big.check(&((t as u64) << 20 | k)));
+        });
+        g.bench_function(BenchmarkId::new("distinct_keys_out_of_cache_allowed", threads), |b| {
             b.iter_custom(|iters| parallel(threads, iters, Arc::clone(&op)))
         });
         let l = Arc::clone(&hot_allowed);
