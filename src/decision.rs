@@ -40,60 +40,82 @@ pub enum Outcome {
 /// ```
 #[derive(Clone, Copy)]
 pub struct Decision {
-    outcome: Outcome,
     limit: u64,
     /// `remaining * per` plus less than `per`: the division is left to [`Decision::remaining`],
     /// so that a decision whose remaining count nobody reads does not pay for it (a 64-bit
     /// division is the dearest instruction of a token bucket's decision).
     remaining: u64,
-    /// At least 1.
-    per: u64,
+    /// The outcome in the top two bits ([`OUTCOME_SHIFT`]), the divisor of `remaining` (at least
+    /// 1, below 2^62) in the rest. One word, not an enum and a word: a decision is five words with
+    /// no padding, which the compiler keeps in registers and copies as five moves.
+    per_outcome: u64,
     reset_after: u64,
     /// Retry time for `Rejected`, delay for `Admitted`, 0 for `Impossible`.
     wait: u64,
 }
 
+const OUTCOME_SHIFT: u32 = 62;
+const PER_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
+const ADMITTED: u64 = 0;
+const REJECTED: u64 = 1 << OUTCOME_SHIFT;
+const IMPOSSIBLE: u64 = 2 << OUTCOME_SHIFT;
+
 impl Decision {
+    #[inline]
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
-        let outcome = Outcome::Admitted;
-        Decision { outcome, limit, remaining, per: 1, reset_after, wait: delay }
+        let per_outcome = ADMITTED | 1;
+        Decision { limit, remaining, per_outcome, reset_after, wait: delay }
     }
 
+    #[inline]
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
-        let outcome = Outcome::Rejected;
-        Decision { outcome, limit, remaining, per: 1, reset_after, wait: retry_after }
+        let per_outcome = REJECTED | 1;
+        Decision { limit, remaining, per_outcome, reset_after, wait: retry_after }
     }
 
+    #[inline]
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
-        Decision { outcome: Outcome::Impossible, limit, remaining, per: 1, reset_after, wait: 0 }
+        let per_outcome = IMPOSSIBLE | 1;
+        Decision { limit, remaining, per_outcome, reset_after, wait: 0 }
     }
 
-    /// The same decision with `floor(units / per)` remaining (`per >= 1`), divided when read.
+    /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'
+    /// per-token costs are at most 2^60), divided when read.
     #[inline]
     pub(crate) fn remaining_over(mut self, units: u64, per: u64) -> Self {
+        debug_assert!(per <= PER_MASK);
         self.remaining = units;
-        self.per = per.max(1);
+        self.per_outcome = (self.per_outcome & !PER_MASK) | (per & PER_MASK).max(1);
         self
+    }
+
+    #[inline]
+    fn per(&self) -> u64 {
+        self.per_outcome & PER_MASK
     }
 
     /// The fields as they read: what equality, hashing and `Debug` look at.
     fn fields(&self) -> (Outcome, u64, u64, u64, u64) {
-        (self.outcome, self.limit, self.remaining(), self.reset_after, self.wait)
+        (self.outcome(), self.limit, self.remaining(), self.reset_after, self.wait)
     }
 
     /// Admitted, rejected for now, or impossible.
     pub fn outcome(&self) -> Outcome {
-        self.outcome
+        match self.per_outcome & !PER_MASK {
+            ADMITTED => Outcome::Admitted,
+            REJECTED => Outcome::Rejected,
+            _ => Outcome::Impossible,
+        }
     }
 
     /// `true` if the request was admitted.
     pub fn is_admitted(&self) -> bool {
-        self.outcome == Outcome::Admitted
+        self.per_outcome & !PER_MASK == ADMITTED
     }
 
     /// `true` if the request can never be admitted (its cost exceeds the policy's capacity).
     pub fn is_impossible(&self) -> bool {
-        self.outcome == Outcome::Impossible
+        self.per_outcome & !PER_MASK == IMPOSSIBLE
     }
 
     /// The most the policy admits at once: the bucket capacity, the window limit, or a leaky
@@ -104,7 +126,8 @@ impl Decision {
 
     /// The largest cost that would be admitted right after this decision, at the same instant.
     pub fn remaining(&self) -> u64 {
-        if self.per == 1 { self.remaining } else { self.remaining / self.per }
+        let per = self.per();
+        if per == 1 { self.remaining } else { self.remaining / per }
     }
 
     /// Nanoseconds until the key is back to full (indistinguishable from a fresh key) if nothing
@@ -121,7 +144,7 @@ impl Decision {
     /// For a rejection, the smallest wait in nanoseconds after which the same request would be
     /// admitted if nothing else arrived; `None` when admitted or impossible.
     pub fn retry_after_ns(&self) -> Option<u64> {
-        (self.outcome == Outcome::Rejected).then_some(self.wait)
+        (self.per_outcome & !PER_MASK == REJECTED).then_some(self.wait)
     }
 
     /// [`retry_after_ns`](Self::retry_after_ns) as a [`Duration`].
@@ -132,7 +155,7 @@ impl Decision {
     /// For an admitted request of a delaying leaky bucket, how long to hold it before serving it
     /// (nanoseconds); 0 otherwise.
     pub fn delay_ns(&self) -> u64 {
-        if self.outcome == Outcome::Admitted { self.wait } else { 0 }
+        if self.is_admitted() { self.wait } else { 0 }
     }
 
     /// [`delay_ns`](Self::delay_ns) as a [`Duration`].
@@ -158,11 +181,39 @@ impl std::hash::Hash for Decision {
 impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decision")
-            .field("outcome", &self.outcome)
+            .field("outcome", &self.outcome())
             .field("limit", &self.limit)
             .field("remaining", &self.remaining())
             .field("reset_after", &self.reset_after)
             .field("wait", &self.wait)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_words_and_every_outcome_reads_back() {
+        // The layout is what keeps a decision in registers (see `per_outcome`).
+        assert_eq!(std::mem::size_of::<Decision>(), 40);
+        let per = PER_MASK; // the largest divisor must not leak into the outcome bits
+        let a = Decision::admitted(5, 0, 7, 3).remaining_over(3 * per + 1, per);
+        assert_eq!(
+            (a.outcome(), a.remaining(), a.delay_ns(), a.retry_after_ns()),
+            (Outcome::Admitted, 3, 3, None)
+        );
+        let r = Decision::rejected(5, 0, 7, 9).remaining_over(3, 2);
+        assert_eq!(
+            (r.outcome(), r.remaining(), r.delay_ns(), r.retry_after_ns()),
+            (Outcome::Rejected, 1, 0, Some(9))
+        );
+        let i = Decision::impossible(5, 4, 7).remaining_over(4, 1);
+        assert_eq!(
+            (i.outcome(), i.is_impossible(), i.is_admitted(), i.retry_after_ns()),
+            (Outcome::Impossible, true, false, None)
+        );
+        assert_eq!((i.limit(), i.reset_after_ns()), (5, 7));
     }
 }
