@@ -26,6 +26,8 @@
 //! A clock reading earlier than a previous one needs no special case: `TAT` only grows, and an
 //! earlier `now` sees less refill.
 
+use std::num::NonZeroU64;
+
 use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid, wrap_diff};
 use crate::decision::Decision;
 
@@ -38,7 +40,9 @@ const _: () = assert!(X_BITS + 1 == 64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Gcra {
-    capacity: u64,
+    /// At least 1 (the policy grammar's counts are), and typed so: a request of cost 1 then needs
+    /// no capacity check at all.
+    capacity: NonZeroU64,
     /// `N'`: the period's denominator in lowest terms.
     n: u64,
     /// `D'`: `T * N'`, the cost of one token in `1/N'` ns.
@@ -95,7 +99,10 @@ pub(crate) fn compile_period(
 impl Gcra {
     pub(crate) fn new(capacity: u32, count: u64, period_ns: u64) -> Result<Self, Invalid> {
         let (n, d, cap) = compile_period(count, period_ns, u64::from(capacity), "capacity")?;
-        Ok(Gcra { capacity: u64::from(capacity), n, d, cap })
+        let Some(capacity) = NonZeroU64::new(u64::from(capacity)) else {
+            return invalid("capacity", "a count of at least 1");
+        };
+        Ok(Gcra { capacity, n, d, cap })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -120,9 +127,9 @@ impl Gcra {
         // `diff` may exceed `cap` only after an earlier clock reading; it is at most 2^62.
         let debt = diff.max(0) as u64;
         let cost = u64::from(cost);
-        if cost > self.capacity {
+        if cost > self.capacity.get() {
             return (
-                self.tokens(Decision::impossible(self.capacity, 0, self.to_ns(debt)), debt),
+                self.tokens(Decision::impossible(self.capacity.get(), 0, self.to_ns(debt)), debt),
                 None,
             );
         }
@@ -131,12 +138,15 @@ impl Gcra {
         if after <= self.cap {
             let word = OCCUPIED | (now_x.wrapping_add(after) & X_MASK);
             (
-                self.tokens(Decision::admitted(self.capacity, 0, self.to_ns(after), 0), after),
+                self.tokens(
+                    Decision::admitted(self.capacity.get(), 0, self.to_ns(after), 0),
+                    after,
+                ),
                 Some(word),
             )
         } else {
             let retry = self.to_ns(after - self.cap);
-            let d = Decision::rejected(self.capacity, 0, self.to_ns(debt), retry);
+            let d = Decision::rejected(self.capacity.get(), 0, self.to_ns(debt), retry);
             (self.tokens(d, debt), None)
         }
     }
