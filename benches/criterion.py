@@ -49,12 +49,17 @@ def main() -> int:
             notes.append(f"{gov / ns:.2f}x faster than governor")
         print(f"| `{name}` | {ns:.1f} ns | {', '.join(notes)} |")
     print()
+    # Throughput with k threads over one thread: k x t(1) / t(k), t per thread-decision.
     for name, ns in t.items():
         if name.startswith("contention/") and name.endswith("/1"):
-            two = t.get(name[:-2] + "/2")
-            if two:
-                print(f"- `{name[11:-2]}`: 2 threads = **{2 * ns / two:.2f}x** one thread's "
-                      f"throughput ({ns:.1f} ns vs {two:.1f} ns per thread-decision)")
+            runs = sorted(
+                (int(other.rsplit("/", 1)[1]), tk)
+                for other, tk in t.items()
+                if other.rsplit("/", 1)[0] == name[:-2] and not other.endswith("/1")
+            )
+            scaling = ", ".join(f"{k} threads **{k * ns / tk:.2f}x** ({tk:.1f} ns)" for k, tk in runs)
+            if scaling:
+                print(f"- `{name[11:-2]}` (1 thread {ns:.1f} ns per decision): {scaling}")
     return 0
 
 
