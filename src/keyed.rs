@@ -323,10 +323,8 @@ fn is_log(policy: &Policy) -> bool {
 
 impl Registry {
     fn new(policy: &Policy) -> Self {
-        let entries: Box<[OnceLock<Entry>]> = (0..256).map(|_| OnceLock::new()).collect();
-        let Ok(entries) = <Box<[OnceLock<Entry>; 256]>>::try_from(entries) else {
-            unreachable!("256 entries")
-        };
+        let entries: Box<[OnceLock<Entry>; 256]> =
+            Box::new(std::array::from_fn(|_| OnceLock::new()));
         let _ = entries[0].set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
         Registry {
             entries,

@@ -174,7 +174,7 @@ pub(crate) struct Table {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Place {
     shard: usize,
-    /// The candidate buckets, as indices into the whole array (both in the shard's run).
+    /// The candidate buckets, as indices into the whole array (both belong to `shard`).
     b1: usize,
     b2: usize,
     fp: u64,
