@@ -3,8 +3,9 @@
 //! Groups: `baseline` (TSC reads, an uncontended CAS, a TSC read plus a CAS); `direct` (every
 //! algorithm's allowed and denied paths next to governor's direct check); `keyed` (hits at 1k, 1M
 //! and 10M keys next to governor's keyed limiter and a dependent DRAM pointer chase over the same
-//! working set); `contention` (1 and 2 threads on distinct keys and on one hot key, allowed and
-//! denied). See benches/README.md for the commands and the recorded results.
+//! working set); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
+//! distinct keys in and out of cache and on one hot key, allowed and denied, and governor on the
+//! same distinct keys). See benches/README.md for the commands and the recorded results.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
