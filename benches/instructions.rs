@@ -11,7 +11,9 @@ use std::num::NonZeroU32;
 
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
-use iai_callgrind::{library_benchmark, library_benchmark_group, main};
+use iai_callgrind::{
+    Callgrind, LibraryBenchmarkConfig, library_benchmark, library_benchmark_group, main,
+};
 use ratewell::{KeyedLimiter, Limiter, ManualClock, Policy, QuantaClock, internals};
 
 /// Decisions in the `x1` run (the `x2` run makes twice as many).
@@ -208,4 +210,9 @@ library_benchmark_group!(
     benchmarks = governor_direct_check, governor_keyed_check
 );
 
-main!(library_benchmark_groups = ratewell_group, governor_group);
+// `dump-instr`: the outputs keep each instruction's address, which `benches/profile.py` maps to
+// the inlined source line it came from (the counts do not change).
+main!(
+    config = LibraryBenchmarkConfig::default().tool(Callgrind::with_args(["dump-instr=yes"]));
+    library_benchmark_groups = ratewell_group, governor_group
+);

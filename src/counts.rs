@@ -98,7 +98,8 @@ impl Counts {
     /// Count one decision.
     #[inline]
     pub(crate) fn record(&self, admitted: bool) {
-        let column = usize::from(!admitted);
+        // Column 1 admitted, 0 rejected: the bool is the index.
+        let column = usize::from(admitted);
         let index = INDEX.with(Cell::get);
         if index < OWNED {
             let counter = &self.owned[index][column];
@@ -118,7 +119,7 @@ impl Counts {
             let leased = LEASE.try_with(|lease| lease.0).ok().flatten();
             INDEX.with(|i| i.set(leased.unwrap_or(NO_INDEX)));
             if leased.is_some() {
-                return self.record(column == 0);
+                return self.record(column == 1);
             }
         }
         // Threads without an index spread over the stripes by the address of their thread-local.
@@ -129,7 +130,7 @@ impl Counts {
     /// `(admitted, rejected)` over every thread.
     pub(crate) fn sum(&self) -> (u64, u64) {
         self.owned.iter().chain(self.shared.iter()).fold((0, 0), |(a, r), pair| {
-            (a + pair[0].load(Ordering::Relaxed), r + pair[1].load(Ordering::Relaxed))
+            (a + pair[1].load(Ordering::Relaxed), r + pair[0].load(Ordering::Relaxed))
         })
     }
 }

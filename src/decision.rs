@@ -83,9 +83,11 @@ impl Decision {
     /// per-token costs are at most 2^60), divided when read.
     #[inline]
     pub(crate) fn remaining_over(mut self, units: u64, per: u64) -> Self {
-        debug_assert!(per <= PER_MASK);
+        // Every caller's `per` is a per-token cost that its constructor checked (at least 1 and
+        // at most 2^61): no clamping on the hot path.
+        debug_assert!((1..=PER_MASK).contains(&per));
         self.remaining = units;
-        self.per_outcome = (self.per_outcome & !PER_MASK) | (per & PER_MASK).max(1);
+        self.per_outcome = (self.per_outcome & !PER_MASK) | per;
         self
     }
 
@@ -127,7 +129,8 @@ impl Decision {
     /// The largest cost that would be admitted right after this decision, at the same instant.
     pub fn remaining(&self) -> u64 {
         let per = self.per();
-        if per == 1 { self.remaining } else { self.remaining / per }
+        // `per` is at least 1 by construction; `<= 1` keeps a broken invariant from dividing by 0.
+        if per <= 1 { self.remaining } else { self.remaining / per }
     }
 
     /// Nanoseconds until the key is back to full (indistinguishable from a fresh key) if nothing

@@ -12,43 +12,45 @@
 //!
 //! | field      | bits  | unit       | wrap / range                                  | fresh |
 //! |------------|-------|------------|-----------------------------------------------|-------|
-//! | `OCCUPIED` | 63    | flag       | set once a request was admitted               | 0     |
-//! | `X`        | 0..63 | `1/N'` ns  | `TAT * N' mod 2^63`; read as `X - now*N'`     | 0     |
+//! | `X`        | 1..64 | `1/N'` ns  | `TAT * N' mod 2^63`                           | 0     |
+//! | `OCCUPIED` | 0     | flag       | set once a request was admitted               | 0     |
 //!
 //! The word `0` (flag clear) is a fresh key: `TAT <= now`, a full bucket.
 //!
-//! Idle horizon: `X - now*N'` is read as a signed 63-bit number, exact while `|TAT - now| < 2^62/N'`
-//! ns: 146 years when `N' = 1`, 21 years for `7/s`. After a longer silence the stale `TAT` may read
-//! as a debt (probability at most `B*D'/2^62`): stricter, never looser. Configurations whose
-//! horizon would be under [`MIN_IDLE_HORIZON_NS`] (`N' > 2^16`) or whose full-bucket debt `B*D'`
-//! exceeds 2^60 units (the bucket would take decades to refill) are rejected.
+//! Read as a number, an occupied word is `2X + 1`: the arithmetic runs in half units, with `now`
+//! scaled by `2N'` (an even number). Then `word - 2 now*N'` (mod 2^64, read as a signed 64-bit
+//! number) is `2(TAT - now)*N' + 1`: the debt plus one, with no masking and no 63-bit sign
+//! extension, and the next word `2 now*N' + 2 debt' + 1` is odd by construction, so setting the flag
+//! costs nothing (`Gcra::run`).
+//!
+//! Idle horizon: the difference is exact while `|TAT - now| < 2^62/N'` ns: 146 years when
+//! `N' = 1`, 21 years for `7/s`. After a longer silence the stale `TAT` may read as a debt
+//! (probability at most `B*D'/2^62`): stricter, never looser. Configurations whose horizon would be
+//! under [`MIN_IDLE_HORIZON_NS`] (`N' > 2^16`) or whose full-bucket debt `B*D'` exceeds 2^60 units
+//! (the bucket would take decades to refill) are rejected.
 //!
 //! A clock reading earlier than a previous one needs no special case: `TAT` only grows, and an
 //! earlier `now` sees less refill.
 
 use std::num::NonZeroU64;
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid, wrap_diff};
+use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid};
 use crate::decision::Decision;
 
-const OCCUPIED: u64 = 1 << 63;
-const X_BITS: u32 = 63;
-const X_MASK: u64 = OCCUPIED - 1;
 /// Largest `B * D'` (the debt of an empty bucket, in `1/N'` ns) a configuration may have.
 pub(crate) const MAX_DEBT: u128 = 1 << 60;
-const _: () = assert!(X_BITS + 1 == 64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Gcra {
     /// At least 1 (the policy grammar's counts are), and typed so: a request of cost 1 then needs
     /// no capacity check at all.
     capacity: NonZeroU64,
-    /// `N'`: the period's denominator in lowest terms.
-    n: u64,
-    /// `D'`: `T * N'`, the cost of one token in `1/N'` ns.
-    d: u64,
-    /// `B * D'`: the debt of an empty bucket.
-    cap: u64,
+    /// `2N'`: `now` in half units (`N'` is the period's denominator in lowest terms).
+    n2: u64,
+    /// `2D'`: the cost of one token in half units (`D' = T * N'`).
+    d2: u64,
+    /// `2B*D' + 1`: the largest `debt + 1` an admission may leave (`<= 2^61 + 1`).
+    cap2_plus_one: u64,
 }
 
 /// Reduce the rate `count per period_ns` to `T = d/n` ns in lowest terms.
@@ -71,6 +73,10 @@ pub(crate) fn compile_period(
     tokens: u64,
     tokens_key: &'static str,
 ) -> Result<(u64, u64, u64), Invalid> {
+    if count == 0 || period_ns == 0 {
+        // The grammar rejects both; `n` and `d` below are then at least 1.
+        return invalid("rate", "a count and a period above zero");
+    }
     let (n, d) = reduced_period(count, period_ns);
     let horizon = (1u128 << 62) / u128::from(n);
     if horizon < MIN_IDLE_HORIZON_NS {
@@ -102,71 +108,68 @@ impl Gcra {
         let Some(capacity) = NonZeroU64::new(u64::from(capacity)) else {
             return invalid("capacity", "a count of at least 1");
         };
-        Ok(Gcra { capacity, n, d, cap })
+        // `n <= 2^16` (the horizon check) and `cap <= 2^60`: the doubled values fit.
+        Ok(Gcra { capacity, n2: 2 * n, d2: 2 * d, cap2_plus_one: 2 * cap + 1 })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << 62) / u128::from(self.n)
+        (1u128 << 63) / u128::from(self.n2)
     }
 
-    /// `(now * N' mod 2^63, TAT - now in 1/N' ns)`; the difference is `<= 0` for a fresh word.
-    #[inline]
-    fn debt(&self, word: u64, now: u64) -> (u64, i64) {
-        let now_x = now.wrapping_mul(self.n) & X_MASK;
-        if word & OCCUPIED == 0 {
-            return (now_x, 0);
-        }
-        (now_x, wrap_diff(word & X_MASK, now_x, X_BITS))
+    /// `(2 now*N' mod 2^64, debt + 1)`, the debt `max(0, TAT - now)` in half units (even): `1` for
+    /// a fresh word. At most `2^63`.
+    #[inline(always)]
+    fn debt_plus_one(&self, word: u64, now: u64) -> (u64, u64) {
+        let now2 = now.wrapping_mul(self.n2);
+        // An occupied word is `2X + 1`: the difference is `2(TAT - now)*N' + 1`, read signed.
+        let diff = word.wrapping_sub(now2) as i64;
+        let lifted = if word & 1 == 0 { 1 } else { diff.max(1) as u64 };
+        (now2, lifted)
     }
 
     super::entry_points!();
 
     #[inline(always)]
     fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-        let (now_x, diff) = self.debt(word, now);
-        // `diff` may exceed `cap` only after an earlier clock reading; it is at most 2^62.
-        let debt = diff.max(0) as u64;
+        // Quantities `_1` are half units plus one (odd): `debt_1 - 1` may exceed the capacity
+        // only after an earlier clock reading.
+        let (now2, debt_1) = self.debt_plus_one(word, now);
         let cost = u64::from(cost);
         if cost > self.capacity.get() {
-            return (
-                self.tokens(Decision::impossible(self.capacity.get(), 0, self.to_ns(debt)), debt),
-                None,
-            );
+            let d = Decision::impossible(self.capacity.get(), 0, self.to_ns(debt_1));
+            return (self.tokens(d, debt_1), None);
         }
-        let need = cost * self.d; // <= cap <= 2^60
-        let after = debt + need; // < 2^63
-        if after <= self.cap {
-            let word = OCCUPIED | (now_x.wrapping_add(after) & X_MASK);
-            (
-                self.tokens(
-                    Decision::admitted(self.capacity.get(), 0, self.to_ns(after), 0),
-                    after,
-                ),
-                Some(word),
-            )
+        // `cost * d2 <= 2 cap <= 2^61` and `debt_1 <= 2^63`: no overflow.
+        let after_1 = debt_1 + cost * self.d2;
+        if after_1 <= self.cap2_plus_one {
+            // `now2` even, `after_1` odd: the flag is set.
+            let word = now2.wrapping_add(after_1);
+            let d = Decision::admitted(self.capacity.get(), 0, self.to_ns(after_1), 0);
+            (self.tokens(d, after_1), Some(word))
         } else {
-            let retry = self.to_ns(after - self.cap);
-            let d = Decision::rejected(self.capacity.get(), 0, self.to_ns(debt), retry);
-            (self.tokens(d, debt), None)
+            // The excess `after_1 - cap2_plus_one` is even: whole half units.
+            let retry = self.to_ns(after_1 - self.cap2_plus_one + 1);
+            let d = Decision::rejected(self.capacity.get(), 0, self.to_ns(debt_1), retry);
+            (self.tokens(d, debt_1), None)
         }
     }
 
     pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
-        let (_, diff) = self.debt(word, now);
-        self.to_ns(diff.max(0) as u64)
+        self.to_ns(self.debt_plus_one(word, now).1)
     }
 
-    /// `decision` with the whole tokens left with `debt` outstanding (divided when read).
+    /// `decision` with the whole tokens left with `debt_1 - 1` (half units) outstanding, divided
+    /// when read.
     #[inline]
-    fn tokens(&self, decision: Decision, debt: u64) -> Decision {
-        decision.remaining_over(self.cap.saturating_sub(debt), self.d)
+    fn tokens(&self, decision: Decision, debt_1: u64) -> Decision {
+        decision.remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2)
     }
 
-    /// `1/N'` ns units to whole ns, rounded up.
+    /// `x - 1` half units (`x` odd) in whole ns, rounded up.
     #[inline]
     fn to_ns(&self, x: u64) -> u64 {
-        // `N' = 1` for every period that is a whole number of ns: no division at all.
-        if self.n == 1 { x } else { div_ceil(x, self.n) }
+        // `N' = 1` for every period that is a whole number of ns: `(x - 1) / 2` is a shift.
+        if self.n2 == 2 { x >> 1 } else { div_ceil(x - 1, self.n2) }
     }
 }
 
@@ -191,6 +194,31 @@ mod tests {
         let (d, _) = g.decide(w, 999_999_999, 7);
         assert_eq!(d.retry_after_ns(), Some(1));
         assert!(g.decide(w, 1_000_000_000, 7).0.is_admitted());
+    }
+
+    #[test]
+    fn exact_across_the_wrap_of_the_scaled_clock() {
+        // 1000/s (T = 1 ms, N' = 1), capacity 3: `2 now` wraps 2^64 at now = 2^63 ns.
+        let t = 1_000_000;
+        let g = Gcra::new(3, 1000, 1_000_000_000).unwrap();
+        let start = (1u64 << 63) - t;
+        let mut w = 0;
+        for _ in 0..3 {
+            let (d, next) = g.decide(w, start, 1);
+            assert!(d.is_admitted());
+            w = next.unwrap();
+            assert_eq!(w & 1, 1, "an occupied word is odd");
+        }
+        // TAT = start + 3T lies past the wrap.
+        assert_eq!(g.decide(w, start, 1).0.retry_after_ns(), Some(t));
+        assert!(!g.decide(w, start + t - 1, 1).0.is_admitted());
+        let (d, next) = g.decide(w, start + t, 1);
+        assert!(d.is_admitted());
+        assert_eq!((d.reset_after_ns(), d.remaining()), (3 * t, 0));
+        // Idle past TAT: a full bucket again, on both sides of the wrap.
+        let (d, _) = g.decide(next.unwrap(), start + 10 * t, 3);
+        assert!(d.is_admitted());
+        assert_eq!(g.reset_after(next.unwrap(), start + 10 * t), 0);
     }
 
     #[test]
