@@ -80,7 +80,7 @@ impl Decision {
     }
 
     /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'
-    /// per-token costs are at most 2^60), divided when read.
+    /// per-token costs are at most 2^61, GCRA's in half units), divided when read.
     #[inline]
     pub(crate) fn remaining_over(mut self, units: u64, per: u64) -> Self {
         // Every caller's `per` is a per-token cost that its constructor checked (at least 1 and

@@ -13,9 +13,12 @@
 //! # State word
 //!
 //! `OCCUPIED` (bit 63) and `X = TAT * N' mod 2^63` in units of `1/N'` ns (bits 0..63), read as
-//! `X - now*N'` in signed 63-bit arithmetic: the idle horizon is [`gcra`](super::gcra)'s (`2^62/N'`
-//! ns: 146 years for periods that are whole ns). The word `0` is a new key (`TAT = -inf`). A key is back to fresh once
-//! `TAT + T <= now`: then `max(now, TAT + T) = now`, exactly as for a new key.
+//! `X - now*N'` in signed 63-bit arithmetic: the idle horizon is [`gcra`](super::gcra)'s
+//! (`2^62/N'` ns: 146 years for periods that are whole ns). (GCRA's word has since moved its flag
+//! to bit 0 and its time to half units; here that made the full decision dearer: its three
+//! conversions to ns, identities for whole-ns periods, would become shifts.) The word `0` is a new
+//! key (`TAT = -inf`). A key is back to fresh once `TAT + T <= now`: then `max(now, TAT + T) =
+//! now`, exactly as for a new key.
 
 use super::gcra::compile_period;
 use super::{Invalid, div_ceil, wrap_diff};
