@@ -27,6 +27,11 @@ use crate::table::{MAX_POLICIES, OnFull, Policies, Table};
 /// with [`OnFull::Refuse`], the new key refused. The sliding log keeps a log per key and locks its
 /// shard for every decision.
 ///
+/// Size the capacity well above the keys you expect to hold: the first live key is evicted at
+/// about 30% of capacity, and with many threads admitting on a small set of keys, a sparser
+/// table also keeps keys of different threads from sharing cache lines (an admission writes its
+/// key's line; see `benches/README.md`, *Contention*).
+///
 /// Keys are hashed with a per-process-seeded `ahash` and stored as 54-bit fingerprints: hash the
 /// same type for the same key (`&str` and `String` hash alike; `u32` and `u64` do not).
 ///
