@@ -5,7 +5,8 @@
 //! and 10M keys next to governor's keyed limiter and a dependent DRAM pointer chase over the same
 //! working set); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
 //! distinct keys in and out of cache, the in-cache keys again in a sparse table, and on one hot
-//! key, allowed and denied, and governor on the same distinct keys). See benches/README.md for the commands and the recorded results.
+//! key, allowed and denied, and governor on the same distinct keys). See benches/README.md for the
+//! commands and the recorded results.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -223,16 +224,19 @@ fn contention(c: &mut Criterion) {
     let counts = std::env::var("RATEWELL_BENCH_THREADS").unwrap_or_else(|_| "1,2".into());
     let counts = counts.split(',').map(|t| t.trim().parse::<u64>().expect("thread counts"));
     for threads in counts {
-        // Each thread its own 8,192 keys, all present, in a table of eight slots a key (12.5%
-        // load, the same for every thread count).
-        let keyed = |text: &str| {
-            let l = Arc::new(KeyedLimiter::<u64>::new(&policy(text), (threads << 16) as usize));
+        // Each thread its own 8,192 keys, all present, in a table of `slots` slots a key (8:
+        // 12.5% load, the same for every thread count).
+        let keyed = |text: &str, slots: u64| {
+            let l = Arc::new(KeyedLimiter::<u64>::new(
+                &policy(text),
+                ((threads * slots) << 13) as usize,
+            ));
             for k in 0..threads << 13 {
                 l.check(&k);
             }
             l
         };
-        let (allowing, keyed_denied) = (keyed(ALLOWING[0].1), keyed(DENYING[0].1));
+        let (allowing, keyed_denied) = (keyed(ALLOWING[0].1, 8), keyed(DENYING[0].1, 8));
         let threads = threads as usize;
         // Distinct keys: thread t walks its own 8,192 keys.
         let l = Arc::clone(&allowing);
@@ -253,10 +257,7 @@ fn contention(c: &mut Criterion) {
         // The control for the false-sharing explanation (benches/README): the same keys, walked
         // the same way, touching as many lines, in a table 16 times larger (0.8% load), where a
         // key's bucket holds a key of another thread with probability ~3% instead of ~39%.
-        let sparse = Arc::new(KeyedLimiter::<u64>::new(&policy(ALLOWING[0].1), threads << 20));
-        for k in 0..(threads as u64) << 13 {
-            sparse.check(&k);
-        }
+        let sparse = keyed(ALLOWING[0].1, 128);
         let op: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
             black_box(sparse.check(&((t as u64) << 13 | (i & 8191))));
         });
