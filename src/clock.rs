@@ -9,13 +9,74 @@ use std::time::Duration;
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// A monotonic source of time in nanoseconds since an epoch of the clock's choosing.
+/// A source of time in nanoseconds since an epoch of the clock's choosing.
 ///
-/// Readings may go backwards slightly (TSC skew between cores); the limiters tolerate that: an
-/// earlier reading never mints capacity.
+/// Readings may go backwards, by any amount: a limiter never lets its time go below the latest
+/// reading it has acted on (see [`MONOTONIC`](Clock::MONOTONIC)), so an earlier reading never
+/// mints capacity. While the clock is behind that reading, the limiter's time stands still:
+/// nothing refills until the clock catches up (stricter, never looser).
+///
+/// # Examples
+///
+/// A wall-clock-based clock (it may be stepped back by NTP or an operator):
+///
+/// ```
+/// use std::time::{SystemTime, UNIX_EPOCH};
+/// use ratewell::{Clock, Limiter, Policy};
+///
+/// struct Wall;
+/// impl Clock for Wall {
+///     fn now(&self) -> u64 {
+///         let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+///         u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+///     }
+/// }
+///
+/// let limiter = Limiter::with_clock(&"token-bucket capacity=1 rate=1/h".parse::<Policy>()?, Wall);
+/// assert!(limiter.check().is_admitted());
+/// assert!(!limiter.check().is_admitted());
+/// # Ok::<(), ratewell::PolicyError>(())
+/// ```
 pub trait Clock {
     /// Nanoseconds since this clock's epoch.
     fn now(&self) -> u64;
+
+    /// `true` if readings never go backwards on one thread and readings on different threads
+    /// differ by at most a few microseconds (the crate's TSC clocks). Such readings are used as
+    /// they are: the algorithms themselves take a reading earlier than a key's state at the
+    /// state's time, for steps back shorter than the policy's idle horizon (at least 19.5 hours).
+    ///
+    /// `false` (the default) for any other clock: the limiter then keeps the latest reading it
+    /// has acted on in one word of its own and decides at the later of the two, so a step back of
+    /// any size is safe. That word is written whenever the clock has moved past it (a shared
+    /// write when several threads decide at once): declare a clock monotonic only if it is.
+    const MONOTONIC: bool = false;
+}
+
+/// The latest reading a limiter has acted on, for clocks that are not [`Clock::MONOTONIC`]: the
+/// limiter decides at `max(reading, floor)`, the running maximum of its readings.
+///
+/// A plain `std` atomic, not modelled by loom: it publishes nothing but its own value (`Relaxed`),
+/// and `fetch_max` alone makes it the maximum of every reading stored.
+#[derive(Debug, Default)]
+pub(crate) struct Floor(std::sync::atomic::AtomicU64);
+
+impl Floor {
+    /// The time to decide at: the clock's reading, or the latest one acted on if that is later.
+    #[inline]
+    pub(crate) fn now<C: Clock>(&self, clock: &C) -> u64 {
+        let now = clock.now();
+        if C::MONOTONIC {
+            return now;
+        }
+        let floor = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        if now > floor { self.raise(now) } else { floor }
+    }
+
+    #[inline]
+    fn raise(&self, now: u64) -> u64 {
+        self.0.fetch_max(now, std::sync::atomic::Ordering::Relaxed).max(now)
+    }
 }
 
 /// The TSC via `quanta`, scaled to nanoseconds: the default clock.
@@ -51,6 +112,8 @@ impl Default for QuantaClock {
 }
 
 impl Clock for QuantaClock {
+    const MONOTONIC: bool = true;
+
     #[inline]
     fn now(&self) -> u64 {
         // `delta_as_nanos` returns 0 for a reading below `start` (another core's TSC behind).
@@ -96,6 +159,8 @@ impl CoarseClock {
 }
 
 impl Clock for CoarseClock {
+    const MONOTONIC: bool = true;
+
     #[inline]
     fn now(&self) -> u64 {
         self.clock.recent().saturating_duration_since(self.start).as_nanos() as u64
@@ -113,7 +178,7 @@ impl Clock for CoarseClock {
 /// let view = clock.clone();
 /// clock.advance(10);
 /// assert_eq!(view.now(), 15);
-/// clock.set(3); // clocks may go backwards; limiters cope
+/// clock.set(3); // clocks may go backwards; limiters never go below a reading they acted on
 /// assert_eq!(view.now(), 3);
 /// ```
 #[derive(Clone, Debug)]

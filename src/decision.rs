@@ -13,6 +13,11 @@ pub enum Outcome {
     /// Never: the cost exceeds what the policy can ever admit at once (the capacity, the limit,
     /// or a leaky bucket's `burst + 1`). Waiting does not help, so there is no retry time.
     Impossible,
+    /// Not decided by the policy: the key is new and a keyed limiter built with
+    /// [`OnFull::Refuse`](crate::OnFull::Refuse) has no slot for it (every candidate slot holds a
+    /// live key). [`Decision::retry_after_ns`] says when a candidate slot frees up. A proxy that
+    /// prefers to fail open on a full table admits these.
+    TableFull,
 }
 
 /// One rate-limiting decision.
@@ -46,12 +51,17 @@ pub struct Decision {
     /// division is the dearest instruction of a token bucket's decision).
     remaining: u64,
     /// The outcome in the top two bits ([`OUTCOME_SHIFT`]), the divisor of `remaining` (at least
-    /// 1, below 2^62) in the rest. One word, not an enum and a word: a decision is five words with
-    /// no padding, which the compiler keeps in registers and copies as five moves.
+    /// 1, below 2^62) in the rest. One word, not an enum and a word: a decision is six words with
+    /// no padding, which the compiler keeps in registers and copies as six moves.
     per_outcome: u64,
     reset_after: u64,
-    /// Retry time for `Rejected`, delay for `Admitted`, 0 for `Impossible`.
+    /// Retry time for `Rejected` and `TableFull`, delay for `Admitted`, 0 for `Impossible`.
     wait: u64,
+    /// When more quota is made available ([`Decision::replenish_after_ns`]): with
+    /// [`SCALED`] set, the time is the remainder of `remaining / per` to the next whole unit,
+    /// `per - remaining % per`, in units of `1 / (next & !SCALED)` ns (the buckets', computed
+    /// when read, like `remaining`); else nanoseconds, 0 for never (the key is full).
+    next: u64,
 }
 
 const OUTCOME_SHIFT: u32 = 62;
@@ -59,24 +69,53 @@ const PER_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
 const ADMITTED: u64 = 0;
 const REJECTED: u64 = 1 << OUTCOME_SHIFT;
 const IMPOSSIBLE: u64 = 2 << OUTCOME_SHIFT;
+const TABLE_FULL: u64 = 3 << OUTCOME_SHIFT;
+const SCALED: u64 = 1 << 63;
 
 impl Decision {
     #[inline]
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
         let per_outcome = ADMITTED | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: delay }
+        Decision { limit, remaining, per_outcome, reset_after, wait: delay, next: 0 }
     }
 
     #[inline]
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
         let per_outcome = REJECTED | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: retry_after }
+        Decision { limit, remaining, per_outcome, reset_after, wait: retry_after, next: 0 }
     }
 
     #[inline]
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
         let per_outcome = IMPOSSIBLE | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: 0 }
+        Decision { limit, remaining, per_outcome, reset_after, wait: 0, next: 0 }
+    }
+
+    /// A new key refused for want of a slot; a slot frees up after `retry_after`.
+    pub(crate) fn table_full(limit: u64, retry_after: u64) -> Self {
+        let per_outcome = TABLE_FULL | 1;
+        Decision { limit, remaining: 0, per_outcome, reset_after: retry_after, wait: retry_after, next: retry_after }
+    }
+
+    /// The same decision, more quota coming in `ns` (0: none, the key is full).
+    #[inline]
+    pub(crate) fn replenish(mut self, ns: u64) -> Self {
+        self.next = ns;
+        self
+    }
+
+    /// The same decision, the next whole unit of `remaining` coming when its remainder has
+    /// accrued, at `scale` units a nanosecond (`1 <= scale < 2^63`); none when the key is full.
+    #[inline]
+    pub(crate) fn replenish_scaled(mut self, scale: u64) -> Self {
+        self.next = SCALED | scale;
+        self
+    }
+
+    /// `self`'s outcome and wait with `state`'s remaining, reset and replenish times: what a peek
+    /// reports (`state` is a decision that took nothing: an impossible probe).
+    pub(crate) fn with_state_of(self, state: Decision) -> Self {
+        Decision { per_outcome: (self.per_outcome & !PER_MASK) | state.per(), wait: self.wait, ..state }
     }
 
     /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'
@@ -97,16 +136,18 @@ impl Decision {
     }
 
     /// The fields as they read: what equality, hashing and `Debug` look at.
-    fn fields(&self) -> (Outcome, u64, u64, u64, u64) {
-        (self.outcome(), self.limit, self.remaining(), self.reset_after, self.wait)
+    fn fields(&self) -> (Outcome, u64, u64, u64, u64, Option<u64>) {
+        let next = self.replenish_after_ns();
+        (self.outcome(), self.limit, self.remaining(), self.reset_after, self.wait, next)
     }
 
-    /// Admitted, rejected for now, or impossible.
+    /// Admitted, rejected for now, impossible, or refused for want of a table slot.
     pub fn outcome(&self) -> Outcome {
         match self.per_outcome & !PER_MASK {
             ADMITTED => Outcome::Admitted,
             REJECTED => Outcome::Rejected,
-            _ => Outcome::Impossible,
+            IMPOSSIBLE => Outcome::Impossible,
+            _ => Outcome::TableFull,
         }
     }
 
@@ -126,7 +167,13 @@ impl Decision {
         self.limit
     }
 
+    /// `true` if a keyed limiter refused the key for want of a slot ([`Outcome::TableFull`]).
+    pub fn is_table_full(&self) -> bool {
+        self.per_outcome & !PER_MASK == TABLE_FULL
+    }
+
     /// The largest cost that would be admitted right after this decision, at the same instant.
+    /// For a peek, which takes nothing, the largest cost admitted now.
     pub fn remaining(&self) -> u64 {
         let per = self.per();
         // `per` is at least 1 by construction; `<= 1` keeps a broken invariant from dividing by 0.
@@ -144,10 +191,40 @@ impl Decision {
         Duration::from_nanos(self.reset_after)
     }
 
-    /// For a rejection, the smallest wait in nanoseconds after which the same request would be
-    /// admitted if nothing else arrived; `None` when admitted or impossible.
+    /// Nanoseconds until more quota is made available if nothing else arrives: until
+    /// [`remaining`](Self::remaining) grows (the next token, the window's end, the oldest logged
+    /// request's expiry). `None` when the key is full: nothing more is to come. This is the `t`
+    /// of draft-ietf-httpapi-ratelimit-headers; on a rejection it is never later than
+    /// [`retry_after_ns`](Self::retry_after_ns).
+    pub fn replenish_after_ns(&self) -> Option<u64> {
+        let ns = if self.next & SCALED != 0 {
+            if self.remaining() >= self.limit {
+                return None;
+            }
+            let per = self.per().max(1);
+            (per - self.remaining % per).div_ceil((self.next & !SCALED).max(1))
+        } else if self.next == 0 {
+            return None;
+        } else {
+            self.next
+        };
+        Some(match self.retry_after_ns() {
+            Some(retry) => ns.min(retry),
+            None => ns,
+        })
+    }
+
+    /// [`replenish_after_ns`](Self::replenish_after_ns) as a [`Duration`].
+    pub fn replenish_after(&self) -> Option<Duration> {
+        self.replenish_after_ns().map(Duration::from_nanos)
+    }
+
+    /// For a rejection (or a new key refused for want of a table slot), the smallest wait in
+    /// nanoseconds after which the same request would be admitted (would find a slot) if nothing
+    /// else arrived; `None` when admitted or impossible.
     pub fn retry_after_ns(&self) -> Option<u64> {
-        (self.per_outcome & !PER_MASK == REJECTED).then_some(self.wait)
+        let outcome = self.per_outcome & !PER_MASK;
+        (outcome == REJECTED || outcome == TABLE_FULL).then_some(self.wait)
     }
 
     /// [`retry_after_ns`](Self::retry_after_ns) as a [`Duration`].
@@ -189,6 +266,7 @@ impl std::fmt::Debug for Decision {
             .field("remaining", &self.remaining())
             .field("reset_after", &self.reset_after)
             .field("wait", &self.wait)
+            .field("replenish_after", &self.replenish_after_ns())
             .finish()
     }
 }
@@ -198,9 +276,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn five_words_and_every_outcome_reads_back() {
+    fn six_words_and_every_outcome_reads_back() {
         // The layout is what keeps a decision in registers (see `per_outcome`).
-        assert_eq!(std::mem::size_of::<Decision>(), 40);
+        assert_eq!(std::mem::size_of::<Decision>(), 48);
         let per = PER_MASK; // the largest divisor must not leak into the outcome bits
         let a = Decision::admitted(5, 0, 7, 3).remaining_over(3 * per + 1, per);
         assert_eq!(

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8};
 use std::sync::{Mutex as StdMutex, OnceLock};
 
 use crate::algorithms::Algorithm;
-use crate::clock::{Clock, QuantaClock};
+use crossbeam_utils::CachePadded;
+
+use crate::clock::{Clock, Floor, QuantaClock};
 use crate::counts::Counts;
 use crate::decision::Decision;
 use crate::log_table::LogTable;
@@ -60,6 +62,8 @@ pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
     backend: Backend,
     hasher: ahash::RandomState,
     clock: C,
+    /// The latest reading acted on (see [`Clock::MONOTONIC`]).
+    floor: CachePadded<Floor>,
     counts: Counts,
     _key: PhantomData<fn(&K)>,
 }
@@ -127,6 +131,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             backend,
             hasher,
             clock,
+            floor: CachePadded::new(Floor::default()),
             counts: Counts::new(),
             _key: PhantomData,
         }
@@ -172,16 +177,40 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         admitted
     }
 
-    /// Decide a request of `cost` for `key` without taking anything.
+    /// Decide a request of `cost` for `key` without taking anything, and report the key's state
+    /// as it is: whether the request would be admitted now (and if not, when it would be), with
+    /// the remaining quota, reset and replenish times *before* it, not after it. `peek_n(key, 1)`
+    /// is the key's current quota, for `RateLimit` fields on a response the limiter did not
+    /// decide. A peek is not counted in [`metrics`](Self::metrics) and stores nothing (a new key
+    /// stays absent).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let policy: Policy = "fixed-window limit=10 window=1m".parse()?;
+    /// let limiter = KeyedLimiter::with_clock(&policy, 1_000, ManualClock::new(0));
+    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 10); // nothing taken yet
+    /// assert_eq!(limiter.check("k").remaining(), 9); // after taking one
+    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 9);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
     #[inline]
     pub fn peek_n(&self, key: &K, cost: u32) -> Decision {
-        self.decide::<Decision>(key, cost.max(1), false)
+        let hash = self.hasher.hash_one(key);
+        let now = self.floor.now(&self.clock);
+        let cost = cost.max(1);
+        match &self.backend {
+            Backend::Words(table) => table.peek(&self.registry, hash, now, cost),
+            Backend::Logs(table) => table.decide(&self.registry, hash, now, cost, false),
+        }
     }
 
     #[inline]
     fn decide<R: Report>(&self, key: &K, cost: u32, commit: bool) -> R {
         let hash = self.hasher.hash_one(key);
-        let now = self.clock.now();
+        let now = self.floor.now(&self.clock);
         match &self.backend {
             Backend::Words(table) => table.decide::<R, _>(&self.registry, hash, now, cost, commit),
             Backend::Logs(table) => {
@@ -203,7 +232,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// changes); returns how many. The table also does this by itself whenever a new key needs
     /// one of their slots.
     pub fn forget_fresh(&self) -> u64 {
-        let now = self.clock.now();
+        let now = self.floor.now(&self.clock);
         match &self.backend {
             Backend::Words(table) => table.reclaim_fresh(&self.registry, now),
             Backend::Logs(table) => table.reclaim_fresh(&self.registry, now),

@@ -4,7 +4,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::sliding_log::{Log, SlidingLog};
 use crate::algorithms::{Algorithm, dispatch};
-use crate::clock::{Clock, QuantaClock};
+use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::state;
@@ -16,13 +16,15 @@ use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 #[derive(Debug)]
 struct Cell {
     word: AtomicU64,
+    /// The latest reading acted on, in the state's cache line (which an admission writes anyway).
+    floor: Floor,
     log: Option<Mutex<Log>>,
 }
 
 impl Cell {
     fn new(algorithm: &Algorithm) -> Self {
         let log = matches!(algorithm, Algorithm::Log(_)).then(|| Mutex::new(Log::default()));
-        Cell { word: AtomicU64::new(0), log }
+        Cell { word: AtomicU64::new(0), floor: Floor::default(), log }
     }
 
     /// The log of a sliding-log limiter.
@@ -142,7 +144,7 @@ impl<C: Clock> Limiter<C> {
     /// Decide a request of `cost` and take it if admitted. `cost` 0 is treated as 1.
     #[inline]
     pub fn check_n(&self, cost: u32) -> Decision {
-        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), true)
+        self.cell.decide(&self.policy.algorithm, self.now(), cost.max(1), true)
     }
 
     /// Whether a request of cost 1 is admitted, taking it if so: the lean path.
@@ -168,13 +170,35 @@ impl<C: Clock> Limiter<C> {
     /// ```
     #[inline]
     pub fn allow_n(&self, cost: u32) -> bool {
-        self.cell.allow(&self.policy.algorithm, self.clock.now(), cost.max(1))
+        self.cell.allow(&self.policy.algorithm, self.now(), cost.max(1))
     }
 
-    /// Decide a request of `cost` without taking anything.
+    /// Decide a request of `cost` without taking anything, and report the state as it is:
+    /// whether the request would be admitted now (and if not, when it would be), with the
+    /// remaining quota, reset and replenish times *before* it, not after it. `peek_n(1)` is the
+    /// current quota, for `RateLimit` fields on a response the limiter did not decide.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Limiter, ManualClock, Policy};
+    ///
+    /// let limiter = Limiter::with_clock(&"token-bucket capacity=10 rate=1/s".parse::<Policy>()?, ManualClock::new(0));
+    /// let d = limiter.peek_n(1);
+    /// assert!(d.is_admitted());
+    /// assert_eq!(d.remaining(), 10); // a fresh bucket: nothing was taken
+    /// assert_eq!(limiter.check().remaining(), 9);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
     #[inline]
     pub fn peek_n(&self, cost: u32) -> Decision {
-        self.cell.decide(&self.policy.algorithm, self.clock.now(), cost.max(1), false)
+        self.cell.decide(&self.policy.algorithm, self.now(), cost.max(1), false)
+    }
+
+    /// The time to decide at: the clock's reading, never below one already acted on.
+    #[inline]
+    fn now(&self) -> u64 {
+        self.cell.floor.now(&self.clock)
     }
 
     /// Forget everything: the key is fresh again (a full bucket, an empty window).

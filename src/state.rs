@@ -47,7 +47,7 @@ impl Report for Decision {
         algorithm.decide(word, now, cost)
     }
     fn refused(limit: u64, retry_after: u64) -> Self {
-        Decision::rejected(limit, 0, retry_after, retry_after)
+        Decision::table_full(limit, retry_after)
     }
     #[inline]
     fn from_decision(decision: Decision) -> Self {
@@ -153,8 +153,8 @@ pub(crate) fn apply_one<R: Report, A: OneWord>(
     }
 }
 
-/// Decide without taking anything.
+/// Decide without taking anything, reporting the state as it is.
 #[inline]
 pub(crate) fn peek(algorithm: &Algorithm, word: &AtomicU64, now: u64, cost: u32) -> Decision {
-    algorithm.decide(word.load(Ordering::Relaxed), now, cost).0
+    algorithm.peek(word.load(Ordering::Relaxed), now, cost)
 }

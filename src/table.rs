@@ -91,6 +91,7 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 use crossbeam_utils::CachePadded;
 
+use crate::decision::Decision;
 use crate::state::{Applied, Report, apply_algorithm};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
@@ -309,6 +310,28 @@ impl Table {
             }
         }
         self.decide_slow(policies, hash, now, cost, commit)
+    }
+
+    /// Decide a request for the key with hash `hash` without taking anything, reporting the
+    /// key's state as it is (a new key's: fresh).
+    pub(crate) fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
+        let place = self.place(hash);
+        loop {
+            let Some((slot, key)) = self.find(place) else {
+                let idx = policies.resolve(place.fp);
+                let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
+                return algorithm.peek(0, now, cost);
+            };
+            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+                self.migrate(policies, place);
+                continue;
+            };
+            let stored = slot.state.load(Ordering::Acquire);
+            // Re-validated as a decision is: a state read after the slot changed owner is not ours.
+            if slot.key.load(Ordering::Acquire) == key {
+                return algorithm.peek(stored ^ self.mask(key), now, cost);
+            }
+        }
     }
 
     /// The CAS loop on `slot`, holding `key` when it was found; `None` if the slot changed owner.

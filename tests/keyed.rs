@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::{Model, Verdict};
-use ratewell::{IpKey, KeyedLimiter, ManualClock, OnFull, Policy};
+use ratewell::{IpKey, KeyedLimiter, ManualClock, OnFull, Outcome, Policy};
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -180,8 +180,8 @@ fn lossy_eviction_takes_the_key_closest_to_full() {
     assert_eq!(limiter.check_n("e", 2).remaining(), 8);
     let m = limiter.metrics();
     assert_eq!((m.keys, m.evictions, m.reclaims), (8, 1, 0));
-    assert_eq!(limiter.peek_n("b", 1).remaining(), 9, "b starts fresh");
-    assert_eq!(limiter.peek_n("c", 1).remaining(), 2, "c kept its state");
+    assert_eq!(limiter.peek_n("b", 1).remaining(), 10, "b starts fresh");
+    assert_eq!(limiter.peek_n("c", 1).remaining(), 3, "c kept its state");
 }
 
 #[test]
@@ -192,6 +192,9 @@ fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
     }
     let d = limiter.check("e");
     assert!(!d.is_admitted());
+    // Told apart from an over-limit rejection, so that a proxy can fail open on a full table.
+    assert_eq!(d.outcome(), Outcome::TableFull);
+    assert!(d.is_table_full());
     // b is back to full after 1 s: then its slot can be reclaimed for e.
     assert_eq!(d.retry_after_ns(), Some(S));
     let m = limiter.metrics();
@@ -199,7 +202,7 @@ fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
     limiter.clock().set(S);
     assert!(limiter.check("e").is_admitted());
     assert_eq!(limiter.metrics().reclaims, 1);
-    assert_eq!(limiter.peek_n("c", 1).remaining(), 3, "c kept its state");
+    assert_eq!(limiter.peek_n("c", 1).remaining(), 4, "c kept its state");
 }
 
 #[test]

@@ -85,6 +85,7 @@ fn ops(scale: u64, limit: u64) -> impl Strategy<Value = Vec<Op>> {
         // Huge: clamped by the runner to half the idle horizon (up to 73 years).
         1 => (0..=u64::MAX).prop_map(Gap::Forward),
         1 => (0..=scale.saturating_mul(2)).prop_map(Gap::Back),
+        1 => (0..=u64::MAX).prop_map(Gap::Back),
     ];
     let near = |k: u64| u32::try_from(k.clamp(1, u64::from(u32::MAX))).unwrap();
     let cost = prop_oneof![

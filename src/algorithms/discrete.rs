@@ -86,12 +86,12 @@ impl Discrete {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let (tokens, k) = self.tokens(word, now);
-        let cost = u64::from(cost);
         if cost > self.capacity {
             let reset = self.until_fills(k, self.capacity - tokens, now);
-            return (Decision::impossible(self.capacity, tokens, reset), None);
+            let d = Decision::impossible(self.capacity, tokens, reset);
+            return (d.replenish(self.next_fill(k, tokens, now)), None);
         }
         if tokens >= cost {
             let left = tokens - cost;
@@ -102,12 +102,25 @@ impl Discrete {
                 (deficit << self.index_bits) | (k & low_mask(self.index_bits))
             };
             let reset = self.until_fills(k, deficit, now);
-            (Decision::admitted(self.capacity, left, reset, 0), Some(word))
+            let d = Decision::admitted(self.capacity, left, reset, 0);
+            (d.replenish(self.next_fill(k, left, now)), Some(word))
         } else {
             let retry = self.until_fills(k, cost - tokens, now);
             let reset = self.until_fills(k, self.capacity - tokens, now);
-            (Decision::rejected(self.capacity, tokens, reset, retry), None)
+            let d = Decision::rejected(self.capacity, tokens, reset, retry);
+            (d.replenish(self.next_fill(k, tokens, now)), None)
         }
+    }
+
+    /// Nanoseconds from `now` to the next fill after index `k` with `tokens` in the bucket; 0
+    /// when it is full (no fill adds anything).
+    #[inline]
+    fn next_fill(&self, k: u64, tokens: u64, now: u64) -> u64 {
+        if tokens >= self.capacity {
+            return 0;
+        }
+        let at = (u128::from(k) + 1) * u128::from(self.interval);
+        sat64(at.saturating_sub(u128::from(now)))
     }
 
     /// Nanoseconds from `now` until enough fills after index `k` have added `tokens` tokens.

@@ -122,19 +122,20 @@ impl Fixed {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let (count, end, low) = self.window(word, now);
-        let cost = u64::from(cost);
+        // More quota comes only when the window ends, and only if something was counted in it.
         let reset = if count == 0 { 0 } else { end };
         if cost > self.limit {
-            return (Decision::impossible(self.limit, self.limit - count, reset), None);
+            let d = Decision::impossible(self.limit, self.limit - count, reset);
+            return (d.replenish(reset), None);
         }
         if count + cost <= self.limit {
             let count = count + cost;
             let word = (count << self.low_bits) | low;
-            (Decision::admitted(self.limit, self.limit - count, end, 0), Some(word))
+            (Decision::admitted(self.limit, self.limit - count, end, 0).replenish(end), Some(word))
         } else {
-            (Decision::rejected(self.limit, self.limit - count, reset, end), None)
+            (Decision::rejected(self.limit, self.limit - count, reset, end).replenish(end), None)
         }
     }
 

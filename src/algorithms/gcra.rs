@@ -130,11 +130,10 @@ impl Gcra {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         // Quantities `_1` are half units plus one (odd): `debt_1 - 1` may exceed the capacity
         // only after an earlier clock reading.
         let (now2, debt_1) = self.debt_plus_one(word, now);
-        let cost = u64::from(cost);
         if cost > self.capacity.get() {
             let d = Decision::impossible(self.capacity.get(), 0, self.to_ns(debt_1));
             return (self.tokens(d, debt_1), None);
@@ -159,10 +158,14 @@ impl Gcra {
     }
 
     /// `decision` with the whole tokens left with `debt_1 - 1` (half units) outstanding, divided
-    /// when read.
+    /// when read, and when the next one is due.
     #[inline]
     fn tokens(&self, decision: Decision, debt_1: u64) -> Decision {
-        decision.remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2)
+        // The next token is due when the remainder of the division has accrued, in half units:
+        // `n2` a nanosecond.
+        decision
+            .remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2)
+            .replenish_scaled(self.n2)
     }
 
     /// `x - 1` half units (`x` odd) in whole ns, rounded up.

@@ -74,10 +74,9 @@ impl Leaky {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let limit = self.burst + 1;
         let (now_x, backlog) = self.backlog(word, now);
-        let cost = u64::from(cost);
         if cost > limit {
             return (
                 self.remaining_before(Decision::impossible(limit, 0, self.to_ns(backlog)), backlog),
@@ -98,7 +97,8 @@ impl Leaky {
             };
             let reset = self.to_ns(excess + self.d);
             let d = Decision::admitted(limit, 0, reset, delay)
-                .remaining_over(self.cap - excess, self.d);
+                .remaining_over(self.cap - excess, self.d)
+                .replenish_scaled(self.n);
             (d, Some(word))
         } else {
             let retry = self.to_ns(excess - self.cap);
@@ -112,12 +112,14 @@ impl Leaky {
     }
 
     /// `decision` with the largest cost admitted now with `backlog` outstanding:
-    /// `floor((cap - backlog) / d) + 1`, that is `floor((cap - backlog + d) / d)`, divided when
-    /// read.
+    /// `floor((cap - backlog) / d) + 1`, that is `floor((cap + d - backlog) / d)`, divided when
+    /// read, and when the next one fits.
     #[inline]
     fn remaining_before(&self, decision: Decision, backlog: u64) -> Decision {
-        let units = if backlog > self.cap { 0 } else { self.cap - backlog + self.d };
-        decision.remaining_over(units, self.d)
+        // `backlog <= cap + d` but after an alias of the wrapped time (beyond the idle horizon).
+        let units = (self.cap + self.d).saturating_sub(backlog);
+        // The next request fits when the remainder has leaked, `n` units a nanosecond.
+        decision.remaining_over(units, self.d).replenish_scaled(self.n)
     }
 
     #[inline]

@@ -90,13 +90,20 @@ macro_rules! entry_points {
         /// The decision, and the word to store if admitted.
         #[inline(never)]
         pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-            self.run(word, now, cost)
+            self.run(word, now, u64::from(cost))
         }
 
         /// The word to store if admitted; `None` if not.
         #[inline(never)]
         pub(crate) fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
-            self.run(word, now, cost).1
+            self.run(word, now, u64::from(cost)).1
+        }
+
+        /// The state as it is at `now`, as a decision that takes nothing (a cost above every
+        /// limit: impossible): its remaining, reset and replenish times are the key's.
+        #[inline(never)]
+        pub(crate) fn probe(&self, word: u64, now: u64) -> Decision {
+            self.run(word, now, u64::MAX).0
         }
     };
 }
@@ -118,12 +125,12 @@ macro_rules! one_word {
         impl super::OneWord for $t {
             #[inline(always)]
             fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-                self.run(word, now, cost)
+                self.run(word, now, u64::from(cost))
             }
 
             #[inline(always)]
             fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
-                self.run(word, now, cost).1
+                self.run(word, now, u64::from(cost)).1
             }
         }
     };
@@ -185,6 +192,17 @@ impl Algorithm {
     #[inline]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         dispatch!(self, a => a.decide(word, now, cost))
+    }
+
+    /// The state of a one-word algorithm's `word` at `now`, as a decision that takes nothing.
+    pub(crate) fn probe(&self, word: u64, now: u64) -> Decision {
+        dispatch!(self, a => a.probe(word, now))
+    }
+
+    /// A peek: `decide` without taking anything, reporting the state as it is (remaining before
+    /// the request, not after it).
+    pub(crate) fn peek(&self, word: u64, now: u64, cost: u32) -> Decision {
+        self.decide(word, now, cost).0.with_state_of(self.probe(word, now))
     }
 
     /// Only whether a one-word algorithm admits, and the word to store (the lean path).

@@ -116,17 +116,17 @@ impl Nginx {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let now_ms = now / MS;
         let limit = self.burst + 1;
         let bound = self.burst * 1000;
         let st = self.leak(word, now_ms);
         let excess_1 = Self::excess_one(&st);
-        let cost = u64::from(cost);
         let remaining_now = if excess_1 > bound { 0 } else { (bound - excess_1) / 1000 + 1 };
         if cost > limit {
             let reset = self.reset(&st, now);
-            return (Decision::impossible(limit, remaining_now, reset), None);
+            let next = self.until_fits(&st, remaining_now + 1, now);
+            return (Decision::impossible(limit, remaining_now, reset).replenish(next), None);
         }
         let excess_c = excess_1 + (cost - 1) * 1000;
         if excess_c <= bound {
@@ -143,21 +143,35 @@ impl Nginx {
                 last_ms: i128::from(last),
                 moves_last: false,
             };
+            let remaining = (bound - excess_c) / 1000;
             let d = Decision::admitted(
                 limit,
-                (bound - excess_c) / 1000,
+                remaining,
                 self.reset(&after, now),
                 (delay_ms as u64).saturating_mul(MS),
             );
-            (d, Some(new_word))
+            (d.replenish(self.until_fits(&after, remaining + 1, now)), Some(new_word))
         } else {
-            // Admitted once floor(rate*ms/1000) >= excess + 1000*c - bound, with ms counted from
-            // `last`: the first such ms, at its first ns.
-            let excess = st.leaked.unwrap_or(0) + Self::leaked_part(&st, self.rate, now_ms);
-            let need = excess + 1000 * i128::from(cost) - i128::from(bound);
-            let retry = self.at_ms(st.last_ms + self.ms_to_leak(need), now).max(1);
-            (Decision::rejected(limit, remaining_now, self.reset(&st, now), retry), None)
+            let retry = self.until_fits(&st, cost, now);
+            let next = self.until_fits(&st, remaining_now + 1, now);
+            let d = Decision::rejected(limit, remaining_now, self.reset(&st, now), retry);
+            (d.replenish(next), None)
         }
+    }
+
+    /// Nanoseconds from `now` until a request of `cost` fits on the state `st`, at least 1; 0
+    /// when it can never fit (`cost > burst + 1`: the key is full at `cost - 1`).
+    #[inline]
+    fn until_fits(&self, st: &Leaked, cost: u64, now: u64) -> u64 {
+        if cost > self.burst + 1 {
+            return 0;
+        }
+        // Admitted once floor(rate*ms/1000) >= excess + 1000*c - bound, with ms counted from
+        // `last`: the first such ms, at its first ns.
+        let now_ms = now / MS;
+        let excess = st.leaked.unwrap_or(0) + Self::leaked_part(st, self.rate, now_ms);
+        let need = excess + 1000 * i128::from(cost) - i128::from(self.burst * 1000);
+        self.at_ms(st.last_ms + self.ms_to_leak(need), now).max(1)
     }
 
     /// The leak already subtracted in `st.leaked` (to recover the stored excess).

@@ -97,25 +97,39 @@ impl Sliding {
     super::entry_points!();
 
     #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let at = self.at(word, now);
         let est = self.estimate(&at);
-        let cost = u64::from(cost);
         let remaining = self.limit.saturating_sub(est);
         if cost > self.limit {
-            return (Decision::impossible(self.limit, remaining, self.reset(&at, now)), None);
+            let d = Decision::impossible(self.limit, remaining, self.reset(&at, now));
+            return (d.replenish(self.next_unit(&at, est, now)), None);
         }
         if est + cost <= self.limit {
             let after = At { cur: at.cur + cost, ..at };
             let word = (after.prev << (self.index_bits + self.count_bits))
                 | (after.cur << self.index_bits)
                 | (after.k & low_mask(self.index_bits));
+            let next = self.next_unit(&after, est + cost, now);
             let d = Decision::admitted(self.limit, remaining - cost, self.reset(&after, now), 0);
-            (d, Some(word))
+            (d.replenish(next), Some(word))
         } else {
             let retry = self.next_admit(&at, cost, now);
-            (Decision::rejected(self.limit, remaining, self.reset(&at, now), retry), None)
+            let d = Decision::rejected(self.limit, remaining, self.reset(&at, now), retry);
+            (d.replenish(self.next_unit(&at, est, now)), None)
         }
+    }
+
+    /// Nanoseconds until the estimate `est` at `at` falls (one more unit fits); 0 if it is 0.
+    #[inline]
+    fn next_unit(&self, at: &At, est: u64, now: u64) -> u64 {
+        if est == 0 {
+            return 0;
+        }
+        // The estimate is at most `limit`... unless `at` was read from a state counted above it
+        // (a later reading's state): then one unit fits once it falls to `limit - 1`.
+        let cost = (self.limit + 1).saturating_sub(est).max(1);
+        self.next_admit(at, cost, now)
     }
 
     /// The smallest `r` in `0..=W` with `floor(p*(W - r)/W) <= a`.

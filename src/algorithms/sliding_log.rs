@@ -48,7 +48,8 @@ impl SlidingLog {
         Ok(SlidingLog { limit: u64::from(limit), window: window_ns })
     }
 
-    /// Decide, and log the request when `commit` and admitted.
+    /// Decide, and log the request when `commit` and admitted; without `commit`, a peek: the
+    /// outcome of the request, with the log's remaining, reset and replenish times as they are.
     ///
     /// Only an admission writes: it drops the entries that can never count again (older than
     /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
@@ -66,24 +67,28 @@ impl SlidingLog {
         let reset_at = |newest: u64| newest.saturating_add(self.window + 1).saturating_sub(now);
         let newest = log.entries.back().map(|&(t, _)| t);
         let reset = if live == 0 { 0 } else { newest.map_or(0, reset_at) };
+        // More quota comes when the oldest live entry stops counting.
+        let next = log.entries.get(expired).map_or(0, |&(t, _)| reset_at(t));
         if cost > self.limit {
-            return Decision::impossible(self.limit, remaining, reset);
+            return Decision::impossible(self.limit, remaining, reset).replenish(next);
         }
         if live + cost <= self.limit {
-            if commit {
-                log.entries.drain(..expired);
-                log.total = live + cost;
-                match log.entries.back_mut() {
-                    Some((t, c)) if *t == at => *c += cost,
-                    _ => {
-                        if log.entries.capacity() == 0 {
-                            log.entries.reserve_exact(4);
-                        }
-                        log.entries.push_back((at, cost));
+            if !commit {
+                return Decision::admitted(self.limit, remaining, reset, 0).replenish(next);
+            }
+            log.entries.drain(..expired);
+            log.total = live + cost;
+            match log.entries.back_mut() {
+                Some((t, c)) if *t == at => *c += cost,
+                _ => {
+                    if log.entries.capacity() == 0 {
+                        log.entries.reserve_exact(4);
                     }
+                    log.entries.push_back((at, cost));
                 }
             }
-            return Decision::admitted(self.limit, remaining - cost, reset_at(at), 0);
+            let next = if live == 0 { reset_at(at) } else { next };
+            return Decision::admitted(self.limit, remaining - cost, reset_at(at), 0).replenish(next);
         }
         // Entry `t` stops counting at `t + W + 1`; wait for the oldest live ones until `cost` fits.
         let mut freed = 0;
@@ -95,7 +100,7 @@ impl SlidingLog {
                 break;
             }
         }
-        Decision::rejected(self.limit, remaining, reset, retry)
+        Decision::rejected(self.limit, remaining, reset, retry).replenish(next)
     }
 
     /// `true` once every entry has expired at `now` (a reading earlier than the newest entry

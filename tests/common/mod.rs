@@ -35,6 +35,8 @@ pub struct Expected {
     pub reset_after: u128,
     pub retry_after: Option<u128>,
     pub delay: u128,
+    /// When more quota comes (the `RateLimit` field's `t`): `None` when full.
+    pub replenish: Option<u128>,
 }
 
 impl Expected {
@@ -46,6 +48,7 @@ impl Expected {
             reset_after: d.reset_after_ns().into(),
             retry_after: d.retry_after_ns().map(u128::from),
             delay: d.delay_ns().into(),
+            replenish: d.replenish_after_ns().map(u128::from),
         }
     }
 }
@@ -74,18 +77,24 @@ pub fn reset_after<M: Model>(model: &M, now: u128) -> u128 {
     min_true(0, FOREVER, |w| model.is_full(now + w))
 }
 
-/// Decide with the model, deriving every field; the state advances only if `commit`.
+/// The largest cost `model` admits at `now` (nothing taken).
+fn remaining_at<M: Model>(model: &M, now: u128) -> u128 {
+    let fits = |k: u128| k == 0 || matches!(model.clone().step(now, k), Verdict::Admitted { .. });
+    // Largest k with fits(k): smallest k with !fits(k+1).
+    min_true(0, model.limit(), |k| !fits(k + 1))
+}
+
+/// Decide with the model, deriving every field; the state advances only if `commit`. A peek
+/// (`!commit`) reports the state as it is: remaining, reset and replenish of the state before.
 pub fn expect<M: Model>(model: &mut M, now: u128, cost: u128, commit: bool) -> Expected {
     let before = model.clone();
     let mut after = model.clone();
     let verdict = after.step(now, cost);
-    let remaining = {
-        let fits =
-            |k: u128| k == 0 || matches!(after.clone().step(now, k), Verdict::Admitted { .. });
-        // Largest k with fits(k): smallest k with !fits(k+1).
-        min_true(0, after.limit(), |k| !fits(k + 1))
-    };
-    let reset_after = min_true(0, FOREVER, |w| after.is_full(now + w));
+    let reported = if commit { after.clone() } else { before.clone() };
+    let remaining = remaining_at(&reported, now);
+    let reset_after = min_true(0, FOREVER, |w| reported.is_full(now + w));
+    let replenish = (remaining < reported.limit())
+        .then(|| min_true(1, FOREVER, |w| remaining_at(&reported, now + w) > remaining));
     let (outcome, retry_after, delay) = match verdict {
         Verdict::Admitted { delay } => (Outcome::Admitted, None, delay),
         Verdict::Impossible => (Outcome::Impossible, None, 0),
@@ -108,6 +117,7 @@ pub fn expect<M: Model>(model: &mut M, now: u128, cost: u128, commit: bool) -> E
         reset_after: sat(reset_after),
         retry_after: retry_after.map(sat),
         delay: sat(delay),
+        replenish: replenish.map(sat),
     }
 }
 
@@ -422,6 +432,9 @@ pub enum Gap {
 }
 
 /// Run `ops` through the limiter and the model, comparing every field of every decision.
+///
+/// The limiter decides at the running maximum of its clock's readings (a reading earlier than
+/// one it has acted on is replaced by that one), so the model is given the running maximum.
 pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> Result<(), String> {
     let clock = ManualClock::new(start);
     let limiter = Limiter::with_clock(policy, clock.clone());
@@ -429,6 +442,8 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
     let lean = Limiter::with_clock(policy, clock.clone());
     let horizon = policy.idle_horizon_ns().min(u128::from(i64::MAX as u64)) as u64;
     let mut now = start;
+    // The latest reading the limiter has acted on (none yet).
+    let mut latest = 0;
     // Exactness is promised while a key's silence (time since its state was last written) stays
     // under the idle horizon; beyond it, see `beyond_the_horizon_is_only_stricter`.
     let mut written = None::<u64>;
@@ -436,27 +451,27 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
         now = match op.gap {
             Gap::Forward(g) => {
                 let limit = written.map_or(u64::MAX, |w| w.saturating_add(horizon / 2));
-                now.saturating_add(g).min(limit).max(now).min(i64::MAX as u64)
+                now.saturating_add(g).min(limit.max(latest)).max(now).min(i64::MAX as u64)
             }
-            // A reading earlier than the state's time by more than the horizon reads as a later
-            // one (the wrap cannot tell them apart): out of the contract, so kept to a quarter.
-            Gap::Back(g) => {
-                let floor = written.map_or(0, |w| w.saturating_sub(horizon / 4));
-                now.saturating_sub(g).max(floor.min(now))
-            }
+            // Any step back: the limiter stays at the latest reading it acted on.
+            Gap::Back(g) => now.saturating_sub(g),
         };
+        latest = latest.max(now);
         clock.set(now);
         let got = if op.peek { limiter.peek_n(op.cost) } else { limiter.check_n(op.cost) };
-        if !op.peek && lean.allow_n(op.cost) != got.is_admitted() {
+        if op.peek {
+            // Both limiters act on every reading: a peek, too, is a reading acted on.
+            lean.peek_n(op.cost);
+        } else if lean.allow_n(op.cost) != got.is_admitted() {
             return Err(format!("step {i} ({op:?}) at t={now}: allow_n disagrees with {got:?}"));
         }
         if !op.peek && got.is_admitted() {
-            written = Some(written.map_or(now, |w| w.max(now)));
+            written = Some(written.map_or(latest, |w| w.max(latest)));
         }
-        let want = expect(&mut model, now.into(), op.cost.into(), !op.peek);
+        let want = expect(&mut model, latest.into(), op.cost.into(), !op.peek);
         if Expected::of(&got) != want {
             return Err(format!(
-                "step {i} ({op:?}) at t={now}, policy `{policy}`:\n  got  {:?}\n  want {want:?}",
+                "step {i} ({op:?}) at t={now} (latest {latest}), policy `{policy}`:\n  got  {:?}\n  want {want:?}",
                 Expected::of(&got)
             ));
         }
