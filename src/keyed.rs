@@ -17,7 +17,7 @@ use crate::log_table::LogTable;
 use crate::policy::{Policy, PolicyError};
 use crate::state::Report;
 use crate::sync::Ordering;
-use crate::table::{MAX_POLICIES, OnFull, Policies, Table};
+use crate::table::{CapacityError, MAX_CAPACITY, MAX_POLICIES, OnFull, Policies, Table};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -107,15 +107,55 @@ pub struct Metrics {
 
 impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
     /// A keyed limiter for up to `capacity` keys, on the TSC clock.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY) or the table cannot be
+    /// allocated; [`try_new`](Self::try_new) returns either as an error instead.
     pub fn new(policy: &Policy, capacity: usize) -> Self {
         Self::with_clock(policy, capacity, QuantaClock::new())
+    }
+
+    /// A keyed limiter for up to `capacity` keys, on the TSC clock, or why it cannot be built.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{CapacityError, KeyedLimiter, Policy};
+    ///
+    /// let policy: Policy = "token-bucket capacity=10 rate=1/s".parse()?;
+    /// let err = KeyedLimiter::<str>::try_new(&policy, usize::MAX).unwrap_err();
+    /// assert!(matches!(err, CapacityError::TooLarge { .. }));
+    /// assert!(KeyedLimiter::<str>::try_new(&policy, 1_000).is_ok());
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn try_new(policy: &Policy, capacity: usize) -> Result<Self, CapacityError> {
+        Self::try_with_clock(policy, capacity, QuantaClock::new())
     }
 }
 
 impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
-    /// A keyed limiter for up to `capacity` keys (rounded up to whole 128-byte buckets of eight keys), reading
-    /// time from `clock`.
+    /// The most keys a keyed limiter holds: 2^39 (8 TiB of slots). A capacity of 0 is taken as 1.
+    pub const MAX_CAPACITY: u64 = MAX_CAPACITY;
+
+    /// A keyed limiter for up to `capacity` keys (rounded up to whole 128-byte buckets of eight
+    /// keys), reading time from `clock`.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY) or the table cannot be
+    /// allocated; [`try_with_clock`](Self::try_with_clock) returns either as an error instead.
     pub fn with_clock(policy: &Policy, capacity: usize, clock: C) -> Self {
+        match Self::try_with_clock(policy, capacity, clock) {
+            Ok(limiter) => limiter,
+            Err(e) => panic!("KeyedLimiter: {e}"),
+        }
+    }
+
+    /// A keyed limiter for up to `capacity` keys reading time from `clock`, or why it cannot be
+    /// built: a capacity above [`MAX_CAPACITY`](Self::MAX_CAPACITY), or a table the allocator
+    /// refused (the memory is allocated here, once: [`memory_bytes`](Self::memory_bytes)).
+    pub fn try_with_clock(policy: &Policy, capacity: usize, clock: C) -> Result<Self, CapacityError> {
         // Model checking and fuzzing replay executions: their hashes must not vary between runs.
         #[cfg(any(ratewell_loom, fuzzing))]
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
@@ -123,10 +163,10 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hasher = ahash::RandomState::new();
         let secret = hasher.hash_one(0x5eed_u64);
         let backend = match policy.algorithm {
-            Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity, OnFull::default())),
-            _ => Backend::Words(Table::new(capacity, OnFull::default(), secret)),
+            Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity, OnFull::default())?),
+            _ => Backend::Words(Table::new(capacity, OnFull::default(), secret)?),
         };
-        KeyedLimiter {
+        Ok(KeyedLimiter {
             registry: Registry::new(policy),
             backend,
             hasher,
@@ -134,7 +174,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             floor: CachePadded::new(Floor::default()),
             counts: Counts::new(),
             _key: PhantomData,
-        }
+        })
     }
 
     /// What to do when a new key finds every candidate slot live (default: evict the one whose
@@ -292,13 +332,15 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
-    /// Bytes of per-key storage allocated up front: 16 bytes a key for the one-word algorithms
-    /// (plus a fixed overhead of a few KiB). The sliding log's logs grow with use, up to the limit
-    /// of entries per key, and are not counted.
+    /// Bytes of per-key storage: for the one-word algorithms, 16 bytes a key, allocated up front
+    /// (plus a fixed overhead of a few KiB); for the sliding log, what is allocated now for its
+    /// keys (a node and an index entry, about 80 bytes) and their logs (16 bytes an entry), which
+    /// grows with use up to the capacity in keys and the limit in entries per key, and never
+    /// beyond.
     pub fn memory_bytes(&self) -> u64 {
         match &self.backend {
             Backend::Words(table) => table.slot_bytes(),
-            Backend::Logs(_) => 0,
+            Backend::Logs(table) => table.memory_bytes(),
         }
     }
 

@@ -109,4 +109,4 @@ pub use ip::{IpKey, IpPrefixes};
 pub use keyed::{KeyedLimiter, Metrics};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};
-pub use table::OnFull;
+pub use table::{CapacityError, OnFull};

@@ -2,10 +2,31 @@
 //!
 //! The sliding log's state is a list, not a word, so this table trades the lock-free hot path for
 //! simplicity: each decision locks the key's shard (one of up to 256, so distinct keys rarely
-//! contend). Capacity is bounded like the word table's: when a shard is full, logs whose entries
-//! have all expired are reclaimed first (a scan of the shard: O(shard size), paid only when full),
-//! then the live log with the most room left is evicted, or the key refused ([`OnFull::Refuse`]).
-//! Each log holds at most `limit` entries (at most 65,536), merged per instant.
+//! contend). Each log holds at most `limit` entries (at most 65,536), merged per instant.
+//!
+//! # Bounded, in constant time per new key
+//!
+//! A shard keeps its keys in a slab (`nodes`, reused through a free list) indexed by a hash map,
+//! and threads them on a doubly linked list in the order of their latest admission: the head is
+//! the key admitted least recently. Since the limiter's time never goes backwards (its clock
+//! floor), a key's newest entry is at least as old as the newest entry of every key behind it, so
+//! under one policy the keys whose logs have expired are a prefix of the list. When a new key
+//! finds its shard full, it examines at most [`CANDIDATES`] keys from the head: the first whose log
+//! has expired (or whose policy was retired) is reclaimed (a *lossless reclaim*: no decision
+//! changes); if all are live, the one whose loss grants the least extra capacity (the most
+//! remaining, then the soonest back to full) is evicted, or the new key refused
+//! ([`OnFull::Refuse`]). Either way a new key costs O(1), however many keys the shard holds.
+//! With per-key overrides of different windows, an expired log deeper in the list is not seen:
+//! lossless first among the candidates, as in the word table.
+//!
+//! # Memory
+//!
+//! Counted as allocated: the slab's and the index's capacity, and every log's entry buffer
+//! (16 bytes an entry, room for at least 4; a buffer keeps its capacity as entries expire, and is
+//! freed with its key). A key costs a 72-byte node and up to 4.6 index buckets of 13 bytes (the
+//! index is a power of two of buckets at most 7/8 full, and doubles once when evictions leave it
+//! tombstones): at most 136 bytes a key of capacity, plus its buffer. All of it grows with use up to the capacity in keys and
+//! `limit` entries per key, never beyond.
 
 use std::collections::HashMap;
 
@@ -14,7 +35,12 @@ use crossbeam_utils::CachePadded;
 use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
 use crate::decision::Decision;
 use crate::sync::{Mutex, MutexGuard};
-use crate::table::{OnFull, Policies, TableStats};
+use crate::table::{CapacityError, MAX_CAPACITY, OnFull, Policies, TableStats};
+
+/// Keys examined from the head of a full shard's list for one new key.
+const CANDIDATES: usize = 8;
+/// The end of a list.
+const NIL: u32 = u32::MAX;
 
 pub(crate) struct LogTable {
     shards: Box<[CachePadded<Mutex<LogShard>>]>,
@@ -22,9 +48,29 @@ pub(crate) struct LogTable {
     on_full: OnFull,
 }
 
-#[derive(Default)]
+struct Node {
+    hash: u64,
+    /// The key's policy index.
+    idx: u8,
+    log: Log,
+    prev: u32,
+    next: u32,
+}
+
 struct LogShard {
-    logs: HashMap<u64, (u8, Log), ahash::RandomState>,
+    index: HashMap<u64, u32, ahash::RandomState>,
+    nodes: Vec<Node>,
+    /// Free nodes, chained through `next`.
+    free: u32,
+    /// Least recently admitted.
+    head: u32,
+    /// Most recently admitted.
+    tail: u32,
+    /// Bytes of every log's entry buffer.
+    entry_bytes: u64,
+    /// The most keys the index has had room for (it never shrinks; its `capacity` reads lower
+    /// while removed keys' tombstones wait for a rehash).
+    index_room: usize,
     reclaims: u64,
     evictions: u64,
     refused: u64,
@@ -37,17 +83,127 @@ fn sliding_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
     }
 }
 
-impl LogTable {
-    pub(crate) fn new(capacity: usize, on_full: OnFull) -> Self {
-        let capacity = capacity.max(1);
-        let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
-        LogTable {
-            shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(LogShard::default())))
-                .collect(),
-            per_shard: capacity.div_ceil(shards),
-            on_full,
+impl LogShard {
+    fn new() -> Self {
+        LogShard {
+            // Seeded: iteration order plays no part in a decision, and a fixed seed keeps the
+            // table's behaviour the same from run to run.
+            index: HashMap::with_hasher(ahash::RandomState::with_seeds(7, 11, 13, 17)),
+            nodes: Vec::new(),
+            free: NIL,
+            head: NIL,
+            tail: NIL,
+            entry_bytes: 0,
+            index_room: 0,
+            reclaims: 0,
+            evictions: 0,
+            refused: 0,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = (self.nodes[i as usize].prev, self.nodes[i as usize].next);
+        match prev {
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+    }
+
+    fn push_back(&mut self, i: u32) {
+        let tail = self.tail;
+        let node = &mut self.nodes[i as usize];
+        node.prev = tail;
+        node.next = NIL;
+        match tail {
+            NIL => self.head = i,
+            t => self.nodes[t as usize].next = i,
+        }
+        self.tail = i;
+    }
+
+    /// Move `i` to the back: it was just admitted.
+    fn touch(&mut self, i: u32) {
+        if self.tail != i {
+            self.unlink(i);
+            self.push_back(i);
+        }
+    }
+
+    /// Insert a key into a shard of at most `room` keys.
+    fn insert(&mut self, hash: u64, idx: u8, log: Log, room: usize) {
+        self.entry_bytes += log_bytes(&log);
+        let node = Node { hash, idx, log, prev: NIL, next: NIL };
+        let i = match self.free {
+            NIL => {
+                if self.nodes.len() == self.nodes.capacity() {
+                    // Double, but never past the shard's room.
+                    let more = self.nodes.capacity().max(4).min(room.saturating_sub(self.nodes.len())).max(1);
+                    self.nodes.reserve_exact(more);
+                }
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+            f => {
+                self.free = self.nodes[f as usize].next;
+                self.nodes[f as usize] = node;
+                f
+            }
+        };
+        self.index.insert(hash, i);
+        self.index_room = self.index_room.max(self.index.capacity());
+        self.push_back(i);
+    }
+
+    fn remove(&mut self, i: u32) {
+        self.unlink(i);
+        let node = &mut self.nodes[i as usize];
+        self.index.remove(&node.hash);
+        self.entry_bytes -= log_bytes(&node.log);
+        node.log = Log::default();
+        node.next = self.free;
+        self.free = i;
+    }
+
+    /// Decide on node `i`'s log, keeping the byte count and the order.
+    fn decide_at(&mut self, i: u32, a: &SlidingLog, now: u64, cost: u32, commit: bool) -> Decision {
+        let node = &mut self.nodes[i as usize];
+        let before = log_bytes(&node.log);
+        let decision = a.decide(&mut node.log, now, cost, commit);
+        let after = log_bytes(&node.log);
+        self.entry_bytes = self.entry_bytes - before + after;
+        if commit && decision.is_admitted() {
+            self.touch(i);
+        }
+        decision
+    }
+}
+
+fn log_bytes(log: &Log) -> u64 {
+    log.allocated_bytes() as u64
+}
+
+impl LogTable {
+    pub(crate) fn new(capacity: usize, on_full: OnFull) -> Result<Self, CapacityError> {
+        let capacity = (capacity as u64).max(1);
+        if capacity > MAX_CAPACITY {
+            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
+        }
+        let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
+        // At most 2^39 / 256 keys a shard: node indices fit u32, below `NIL`.
+        let per_shard = capacity.div_ceil(shards) as usize;
+        Ok(LogTable {
+            shards: (0..shards).map(|_| CachePadded::new(Mutex::new(LogShard::new()))).collect(),
+            per_shard,
+            on_full,
+        })
     }
 
     pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
@@ -72,33 +228,39 @@ impl LogTable {
         commit: bool,
     ) -> Decision {
         let mut shard = self.shard(hash);
-        if let Some((idx, log)) = shard.logs.get_mut(&hash) {
-            match sliding_log(policies, *idx) {
-                Some(algorithm) => return algorithm.decide(log, now, cost, commit),
-                // Its policy was replaced: the key starts fresh under the current one.
+        if let Some(&i) = shard.index.get(&hash) {
+            let idx = shard.nodes[i as usize].idx;
+            let (idx, algorithm) = match sliding_log(policies, idx) {
+                Some(a) => (idx, a),
+                // Its policy was replaced: the log carries over (its entries are the requests
+                // the key made) and is read under the current policy.
                 None => {
-                    shard.logs.remove(&hash);
+                    let idx = policies.resolve(hash);
+                    (idx, sliding_log(policies, idx).expect("resolve returns a live sliding log"))
                 }
-            }
+            };
+            shard.nodes[i as usize].idx = idx;
+            return shard.decide_at(i, algorithm, now, cost, commit);
         }
         let idx = policies.resolve(hash);
         let algorithm = sliding_log(policies, idx).expect("resolve returns a live sliding log");
-        let mut log = Log::default();
-        let decision = algorithm.decide(&mut log, now, cost, false);
+        let decision = algorithm.decide(&mut Log::default(), now, cost, false);
         if !commit || !decision.is_admitted() {
             return decision;
         }
-        if shard.logs.len() >= self.per_shard {
+        if shard.len() >= self.per_shard {
             if let Some(refused) = self.make_room(policies, &mut shard, now, decision.limit()) {
                 return refused;
             }
         }
+        let mut log = Log::default();
         let decision = algorithm.decide(&mut log, now, cost, true);
-        shard.logs.insert(hash, (idx, log));
+        shard.insert(hash, idx, log, self.per_shard);
         decision
     }
 
-    /// Free one entry of a full shard: reclaim expired logs, else evict or refuse.
+    /// Free one node of a full shard, looking at most [`CANDIDATES`] keys from the head: reclaim
+    /// an expired log, else evict the least granting or refuse.
     #[cold]
     fn make_room<P: Policies>(
         &self,
@@ -107,82 +269,109 @@ impl LogTable {
         now: u64,
         limit: u64,
     ) -> Option<Decision> {
-        let before = shard.logs.len();
-        shard.logs.retain(|_, (idx, log)| {
-            sliding_log(policies, *idx).is_some_and(|a| !a.is_fresh(log, now))
-        });
-        shard.reclaims += (before - shard.logs.len()) as u64;
-        if shard.logs.len() < self.per_shard {
-            return None;
-        }
-        // Rank live logs by room left (then by how soon they empty).
-        let mut best: Option<(u64, (u64, u64))> = None;
-        for (&key, (idx, log)) in shard.logs.iter_mut() {
-            let Some(a) = sliding_log(policies, *idx) else { continue };
-            let probe = a.decide(log, now, 1, false);
-            let remaining = probe.remaining() + u64::from(probe.is_admitted());
-            let rank = (probe.limit().saturating_sub(remaining), probe.reset_after_ns());
-            if best.is_none_or(|(_, b)| rank < b) {
-                best = Some((key, rank));
+        let mut victim: Option<(u32, (u64, u64))> = None;
+        let mut soonest = u64::MAX;
+        let mut i = shard.head;
+        for _ in 0..CANDIDATES {
+            if i == NIL {
+                break;
             }
+            let node = &shard.nodes[i as usize];
+            let Some(a) = sliding_log(policies, node.idx).filter(|a| !a.is_fresh(&node.log, now))
+            else {
+                shard.remove(i);
+                shard.reclaims += 1;
+                return None;
+            };
+            let probe = a.probe(&node.log, now);
+            soonest = soonest.min(probe.reset_after_ns());
+            let rank = (probe.limit().saturating_sub(probe.remaining()), probe.reset_after_ns());
+            if victim.is_none_or(|(_, best)| rank < best) {
+                victim = Some((i, rank));
+            }
+            i = node.next;
         }
-        match (self.on_full, best) {
-            (OnFull::EvictLeastGranting, Some((key, _))) => {
-                shard.logs.remove(&key);
+        match (self.on_full, victim) {
+            (OnFull::EvictLeastGranting, Some((i, _))) => {
+                shard.remove(i);
                 shard.evictions += 1;
                 None
             }
             _ => {
                 shard.refused += 1;
-                let soonest = shard
-                    .logs
-                    .values_mut()
-                    .filter_map(|(idx, log)| {
-                        sliding_log(policies, *idx)
-                            .map(|a| a.decide(log, now, 1, false).reset_after_ns())
-                    })
-                    .min()
-                    .unwrap_or(0);
-                Some(Decision::rejected(limit, 0, soonest, soonest))
+                Some(Decision::table_full(limit, if soonest == u64::MAX { 0 } else { soonest }))
             }
         }
     }
 
     pub(crate) fn remove(&self, hash: u64) -> bool {
-        self.shard(hash).logs.remove(&hash).is_some()
+        let mut shard = self.shard(hash);
+        let Some(&i) = shard.index.get(&hash) else { return false };
+        shard.remove(i);
+        true
     }
 
-    /// Move the key to the policy `resolve` gives it now, fresh.
+    /// Move the key to the policy `resolve` gives it now; its log carries over.
     pub(crate) fn migrate<P: Policies>(&self, policies: &P, hash: u64) {
         let mut shard = self.shard(hash);
         let idx = policies.resolve(hash);
-        if let Some(entry) = shard.logs.get_mut(&hash) {
-            if entry.0 != idx {
-                *entry = (idx, Log::default());
-            }
+        if let Some(&i) = shard.index.get(&hash) {
+            shard.nodes[i as usize].idx = idx;
         }
     }
 
+    /// The policy index the key is stored with, if present.
+    pub(crate) fn policy_index(&self, hash: u64) -> Option<u8> {
+        let shard = self.shard(hash);
+        shard.index.get(&hash).map(|&i| shard.nodes[i as usize].idx)
+    }
+
+    /// Reclaim every expired log (a scan of every shard); returns how many.
     pub(crate) fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
         let mut total = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            let before = shard.logs.len();
-            shard.logs.retain(|_, (idx, log)| {
-                sliding_log(policies, *idx).is_some_and(|a| !a.is_fresh(log, now))
-            });
-            let n = (before - shard.logs.len()) as u64;
-            shard.reclaims += n;
-            total += n;
+            let mut i = shard.head;
+            while i != NIL {
+                let node = &shard.nodes[i as usize];
+                let next = node.next;
+                let fresh =
+                    sliding_log(policies, node.idx).is_none_or(|a| a.is_fresh(&node.log, now));
+                if fresh {
+                    shard.remove(i);
+                    shard.reclaims += 1;
+                    total += 1;
+                }
+                i = next;
+            }
         }
         total
+    }
+
+    /// Bytes allocated for keys and logs now: bounded by the capacity in keys and each policy's
+    /// limit in entries.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let node = std::mem::size_of::<Node>() as u64;
+        // hashbrown: a key, a value and a control byte per bucket, with buckets a power of two
+        // at most 7/8 full.
+        let index = std::mem::size_of::<(u64, u32)>() as u64 + 1;
+        let buckets = |room: usize| if room == 0 { 0 } else { (room * 8).div_ceil(7).next_power_of_two() };
+        self.shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+                shard.nodes.capacity() as u64 * node
+                    + buckets(shard.index_room) as u64 * index
+                    + shard.entry_bytes
+            })
+            .sum()
     }
 
     pub(crate) fn stats(&self) -> TableStats {
         let mut s = TableStats::default();
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            s.len += shard.logs.len() as u64;
+            s.len += shard.len() as u64;
             s.reclaims += shard.reclaims;
             s.evictions += shard.evictions;
             s.refused += shard.refused;

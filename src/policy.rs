@@ -500,6 +500,22 @@ impl Policy {
         }
     }
 
+    /// The long-run rate, `count` per `period` ns: a bucket's refill or leak rate (as nginx
+    /// rounds it under `compat=nginx`), a window's limit per window.
+    pub(crate) fn long_run_rate(&self) -> (u128, u128) {
+        if let Algorithm::Nginx(n) = &self.algorithm {
+            return (u128::from(n.milli_per_second()), 1_000 * 1_000_000_000);
+        }
+        let (count, period) = match self.spec {
+            Spec::TokenBucket { rate, .. } | Spec::Leaky { rate, .. } => (rate.count, rate.period),
+            Spec::Discrete { refill, every, .. } => (refill, every),
+            Spec::Fixed { limit, window, .. }
+            | Spec::Sliding { limit, window }
+            | Spec::Log { limit, window } => (limit, window),
+        };
+        (u128::from(count), u128::from(period))
+    }
+
     /// `true` for a leaky bucket that delays (not `nodelay`): its admitted decisions carry a delay.
     pub fn delays(&self) -> bool {
         matches!(self.spec, Spec::Leaky { delay: Some(_), .. })

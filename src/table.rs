@@ -139,6 +139,43 @@ pub(crate) trait Policies {
     fn resolve(&self, fp: u64) -> u8;
 }
 
+/// The most keys a keyed limiter holds: 2^39 (8 TiB of slots; the sliding log's table indexes
+/// its up to 256 shards' keys with 32 bits).
+pub(crate) const MAX_CAPACITY: u64 = 1 << 39;
+
+/// Why a keyed limiter of the capacity asked for cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CapacityError {
+    /// More keys than [`KeyedLimiter::MAX_CAPACITY`](crate::KeyedLimiter::MAX_CAPACITY).
+    TooLarge {
+        /// The capacity asked for.
+        requested: u64,
+        /// The largest capacity a keyed limiter accepts.
+        max: u64,
+    },
+    /// The allocator could not provide the table.
+    OutOfMemory {
+        /// The bytes of the table that could not be allocated.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacityError::TooLarge { requested, max } => {
+                write!(f, "a capacity of {requested} keys is above the maximum of {max}")
+            }
+            CapacityError::OutOfMemory { bytes } => {
+                write!(f, "the key table's {bytes} bytes could not be allocated")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CapacityError {}
+
 /// What to do when every candidate slot of a new key holds a live key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -203,12 +240,22 @@ fn key_word(idx: u8, fp: u64) -> u64 {
 }
 
 impl Table {
-    /// A table of at least `capacity` slots (rounded up to whole buckets in every shard).
-    pub(crate) fn new(capacity: usize, on_full: OnFull, secret: u64) -> Self {
-        let capacity = capacity.max(1) as u64;
+    /// A table of at least `capacity` slots (rounded up to whole buckets in every shard), or
+    /// why not: more than [`MAX_CAPACITY`] keys, or an allocation the allocator refused.
+    pub(crate) fn new(capacity: usize, on_full: OnFull, secret: u64) -> Result<Self, CapacityError> {
+        let capacity = (capacity as u64).max(1);
+        if capacity > MAX_CAPACITY {
+            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
+        }
         // About 1024 slots per shard, at most 256 shards, a power of two.
         let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
         let buckets_per_shard = capacity.div_ceil(shards * SLOTS_PER_BUCKET as u64);
+        let len = (shards * buckets_per_shard) as usize;
+        let mut buckets = Vec::new();
+        buckets.try_reserve_exact(len).map_err(|_| CapacityError::OutOfMemory {
+            bytes: len as u64 * std::mem::size_of::<Bucket>() as u64,
+        })?;
+        buckets.extend((0..len).map(|_| Bucket::default()));
         let shards: Box<[_]> = (0..shards)
             .map(|_| {
                 CachePadded::new(Shard {
@@ -220,15 +267,14 @@ impl Table {
                 })
             })
             .collect();
-        let buckets = (0..shards.len() as u64 * buckets_per_shard).map(|_| Bucket::default());
-        Table {
-            buckets: buckets.collect(),
+        Ok(Table {
+            buckets: buckets.into_boxed_slice(),
             shard_mask: shards.len() as u64 - 1,
             shards,
             buckets_per_shard,
             secret: mix(secret) | 1,
             on_full,
-        }
+        })
     }
 
     pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
@@ -587,7 +633,7 @@ mod tests {
 
     #[test]
     fn placement_spreads_keys() {
-        let t = Table::new(1_000_000, OnFull::Refuse, 7);
+        let t = Table::new(1_000_000, OnFull::Refuse, 7).unwrap();
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
         let mut counts = std::collections::HashMap::new();
         let mut seconds = std::collections::HashMap::new();

@@ -84,6 +84,11 @@ impl Nginx {
         Ok(Nginx { rate: rate as u64, burst: u64::from(burst), delay: delay.map(u64::from) })
     }
 
+    /// The rate as nginx computes it: milli-requests per second (`1r/m` is 16, not 16.67).
+    pub(crate) fn milli_per_second(&self) -> u64 {
+        self.rate
+    }
+
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
         (1u128 << (LAST_BITS - 1)) * u128::from(MS)
     }

@@ -30,7 +30,19 @@ pub(crate) struct Log {
     total: u64,
 }
 
+/// What committing an admission changes: the entries to drop, the live cost, the entry's time.
+struct Admit {
+    expired: usize,
+    live: u64,
+    at: u64,
+}
+
 impl Log {
+    /// Bytes of the entry buffer (16 an entry of its capacity).
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
     /// Append without deciding (the broken protocol of the loom models only).
     #[cfg(ratewell_broken = "log_split_lock")]
     pub(crate) fn force_push(&mut self, at: u64, cost: u64) {
@@ -55,6 +67,30 @@ impl SlidingLog {
     /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
     /// between the newest entry and this one still sees every entry it should.
     pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
+        let (decision, admit) = self.evaluate(log, now, u64::from(cost), commit);
+        let Some(Admit { expired, live, at }) = admit else { return decision };
+        let cost = u64::from(cost);
+        log.entries.drain(..expired);
+        log.total = live + cost;
+        match log.entries.back_mut() {
+            Some((t, c)) if *t == at => *c += cost,
+            _ => {
+                if log.entries.capacity() == 0 {
+                    log.entries.reserve_exact(4);
+                }
+                log.entries.push_back((at, cost));
+            }
+        }
+        decision
+    }
+
+    /// The log as it is at `now`, as a decision that takes nothing (impossible).
+    pub(crate) fn probe(&self, log: &Log, now: u64) -> Decision {
+        self.evaluate(log, now, u64::MAX, false).0
+    }
+
+    /// The decision on `log`, and what an admission to be committed changes.
+    fn evaluate(&self, log: &Log, now: u64, cost: u64, commit: bool) -> (Decision, Option<Admit>) {
         // Decide at the later of `now` and the newest entry; report waits from `now`.
         let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
         // Entries at or after `at - W` are live.
@@ -62,7 +98,6 @@ impl SlidingLog {
         let expired = log.entries.iter().take_while(|&&(t, _)| t < oldest_live).count();
         let dead: u64 = log.entries.iter().take(expired).map(|&(_, c)| c).sum();
         let live = log.total - dead;
-        let cost = u64::from(cost);
         let remaining = self.limit - live;
         let reset_at = |newest: u64| newest.saturating_add(self.window + 1).saturating_sub(now);
         let newest = log.entries.back().map(|&(t, _)| t);
@@ -70,25 +105,16 @@ impl SlidingLog {
         // More quota comes when the oldest live entry stops counting.
         let next = log.entries.get(expired).map_or(0, |&(t, _)| reset_at(t));
         if cost > self.limit {
-            return Decision::impossible(self.limit, remaining, reset).replenish(next);
+            return (Decision::impossible(self.limit, remaining, reset).replenish(next), None);
         }
         if live + cost <= self.limit {
             if !commit {
-                return Decision::admitted(self.limit, remaining, reset, 0).replenish(next);
-            }
-            log.entries.drain(..expired);
-            log.total = live + cost;
-            match log.entries.back_mut() {
-                Some((t, c)) if *t == at => *c += cost,
-                _ => {
-                    if log.entries.capacity() == 0 {
-                        log.entries.reserve_exact(4);
-                    }
-                    log.entries.push_back((at, cost));
-                }
+                let d = Decision::admitted(self.limit, remaining, reset, 0).replenish(next);
+                return (d, None);
             }
             let next = if live == 0 { reset_at(at) } else { next };
-            return Decision::admitted(self.limit, remaining - cost, reset_at(at), 0).replenish(next);
+            let d = Decision::admitted(self.limit, remaining - cost, reset_at(at), 0).replenish(next);
+            return (d, Some(Admit { expired, live, at }));
         }
         // Entry `t` stops counting at `t + W + 1`; wait for the oldest live ones until `cost` fits.
         let mut freed = 0;
@@ -100,7 +126,7 @@ impl SlidingLog {
                 break;
             }
         }
-        Decision::rejected(self.limit, remaining, reset, retry).replenish(next)
+        (Decision::rejected(self.limit, remaining, reset, retry).replenish(next), None)
     }
 
     /// `true` once every entry has expired at `now` (a reading earlier than the newest entry

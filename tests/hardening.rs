@@ -1,0 +1,154 @@
+//! Regression tests for defects a new user's tests found: each failed before its fix.
+
+use ratewell::{CapacityError, KeyedLimiter, Limiter, ManualClock, Outcome, Policy};
+
+const S: u64 = 1_000_000_000;
+const H: u64 = 3600 * S;
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+#[test]
+fn a_clock_stepped_back_mints_nothing_however_far() {
+    // A window used up at 1000 h; the clock then reads up to 72 h earlier (within and beyond the
+    // layout's 19.5 h idle horizon): nothing more is admitted.
+    for back in [19, 20, 24, 30, 72] {
+        let clock = ManualClock::new(1000 * H);
+        let limiter =
+            Limiter::with_clock(&policy("fixed-window limit=100000 window=1h align=first"), clock.clone());
+        assert!(limiter.check_n(100_000).is_admitted());
+        clock.set((1000 - back) * H);
+        assert!(!limiter.check().is_admitted(), "{back} h back");
+        // The same through a keyed limiter.
+        let clock = ManualClock::new(1000 * H);
+        let keyed = KeyedLimiter::<str, _>::with_clock(
+            &policy("fixed-window limit=100000 window=1h align=first"),
+            100,
+            clock.clone(),
+        );
+        assert!(keyed.check_n("k", 100_000).is_admitted());
+        clock.set((1000 - back) * H);
+        assert!(!keyed.check("k").is_admitted(), "{back} h back, keyed");
+    }
+    // nginx's leaky bucket, 4780 h back: no second burst.
+    let clock = ManualClock::new(5000 * H);
+    let limiter =
+        Limiter::with_clock(&policy("leaky-bucket rate=10r/s burst=9 nodelay compat=nginx"), clock.clone());
+    assert!(limiter.check_n(10).is_admitted());
+    clock.set(220 * H);
+    assert!(!limiter.check().is_admitted());
+    // Time stands still until the clock catches up, then refills resume from there.
+    clock.set(5000 * H + S / 10);
+    assert!(limiter.check().is_admitted());
+}
+
+#[test]
+fn the_sliding_log_reports_its_memory_and_stays_bounded_under_a_key_flood() {
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("sliding-log limit=10 window=1m"),
+        1_000,
+        ManualClock::new(0),
+    );
+    let empty = limiter.memory_bytes();
+    for k in 0..100_000u64 {
+        assert!(limiter.check(&k).is_admitted());
+    }
+    let m = limiter.metrics();
+    assert!(m.keys <= limiter.capacity(), "{m:?}");
+    assert_eq!(m.evictions, 100_000 - m.keys, "every key beyond the capacity evicted one");
+    let full = limiter.memory_bytes();
+    assert!(full > empty, "the logs' memory is reported ({full} bytes)");
+    // At most 136 bytes a key of capacity (node and index) and its entry buffer (here, room for
+    // 4 entries of 16 bytes): `log_table.rs`, *Memory*.
+    let bound = limiter.capacity() * (136 + 16 * 4);
+    assert!(full <= bound, "{full} bytes over the bound of {bound}");
+    // More of the flood stays within the bound.
+    for k in 100_000..300_000u64 {
+        limiter.check(&k);
+    }
+    assert!(limiter.memory_bytes() <= bound);
+}
+
+#[test]
+fn a_sliding_log_reclaims_expired_keys_before_evicting() {
+    let clock = ManualClock::new(0);
+    let limiter =
+        KeyedLimiter::<u64, _>::with_clock(&policy("sliding-log limit=2 window=1s"), 64, clock.clone());
+    for round in 0..20u64 {
+        clock.set(round * 2 * S);
+        for k in 0..64u64 {
+            let key = round * 1000 + k;
+            assert!(limiter.check(&key).is_admitted());
+            assert!(limiter.check(&key).is_admitted());
+            assert!(!limiter.check(&key).is_admitted(), "key {key} has its own log");
+        }
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.evictions, m.reclaims), (0, 19 * 64), "{m:?}");
+}
+
+#[test]
+fn absurd_capacities_are_errors() {
+    let p = policy("token-bucket capacity=10 rate=1/s");
+    for capacity in [1usize << 60, (1 << 63) - 1, usize::MAX] {
+        let err = KeyedLimiter::<str>::try_new(&p, capacity).unwrap_err();
+        assert!(matches!(err, CapacityError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("maximum"), "{err}");
+        let log = KeyedLimiter::<str>::try_new(&policy("sliding-log limit=5 window=1s"), capacity);
+        assert!(log.is_err());
+    }
+    let max = KeyedLimiter::<str>::MAX_CAPACITY;
+    assert!(KeyedLimiter::<str>::try_new(&p, max as usize + 1).is_err());
+    let panic = std::panic::catch_unwind(|| KeyedLimiter::<str>::new(&p, usize::MAX));
+    assert!(panic.is_err(), "the infallible constructor panics, as its docs say");
+}
+
+#[test]
+fn peek_reports_the_state_as_it_is() {
+    for text in [
+        "token-bucket capacity=10 rate=1/s",
+        "token-bucket capacity=10 refill=1 every=1s",
+        "leaky-bucket rate=1/s burst=9 nodelay",
+        "leaky-bucket rate=1r/s burst=9 nodelay compat=nginx",
+        "fixed-window limit=10 window=1s",
+        "sliding-window limit=10 window=1s",
+        "sliding-log limit=10 window=1s",
+    ] {
+        let limiter = Limiter::with_clock(&policy(text), ManualClock::new(0));
+        let d = limiter.peek_n(1);
+        assert!(d.is_admitted());
+        assert_eq!((d.remaining(), d.reset_after_ns(), d.replenish_after_ns()), (10, 0, None), "{text}");
+        assert_eq!(limiter.peek_n(4).remaining(), 10, "{text}");
+        limiter.check_n(3);
+        assert_eq!(limiter.peek_n(1).remaining(), 7, "{text}");
+        let keyed = KeyedLimiter::<str, _>::with_clock(&policy(text), 100, ManualClock::new(0));
+        assert_eq!(keyed.peek_n("k", 1).remaining(), 10, "{text}");
+        keyed.check_n("k", 3);
+        assert_eq!(keyed.peek_n("k", 2).remaining(), 7, "{text}");
+        let d = keyed.peek_n("k", 8);
+        assert_eq!((d.outcome(), d.remaining()), (Outcome::Rejected, 7), "{text}");
+    }
+}
+
+#[test]
+fn a_full_table_is_its_own_outcome() {
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("token-bucket capacity=5 rate=1/h"),
+        8,
+        ManualClock::new(0),
+    )
+    .on_full(ratewell::OnFull::Refuse);
+    let mut refused = None;
+    for k in 0..64u64 {
+        let d = limiter.check(&k);
+        if !d.is_admitted() {
+            refused = Some(d);
+            break;
+        }
+    }
+    let d = refused.expect("a table of 8 refuses a new key among 64");
+    assert_eq!(d.outcome(), Outcome::TableFull);
+    assert!(d.is_table_full() && !d.is_impossible());
+    assert!(d.retry_after_ns().is_some());
+}
