@@ -94,7 +94,14 @@ impl Decision {
     /// A new key refused for want of a slot; a slot frees up after `retry_after`.
     pub(crate) fn table_full(limit: u64, retry_after: u64) -> Self {
         let per_outcome = TABLE_FULL | 1;
-        Decision { limit, remaining: 0, per_outcome, reset_after: retry_after, wait: retry_after, next: retry_after }
+        Decision {
+            limit,
+            remaining: 0,
+            per_outcome,
+            reset_after: retry_after,
+            wait: retry_after,
+            next: retry_after,
+        }
     }
 
     /// The same decision, more quota coming in `ns` (0: none, the key is full).
@@ -115,7 +122,11 @@ impl Decision {
     /// `self`'s outcome and wait with `state`'s remaining, reset and replenish times: what a peek
     /// reports (`state` is a decision that took nothing: an impossible probe).
     pub(crate) fn with_state_of(self, state: Decision) -> Self {
-        Decision { per_outcome: (self.per_outcome & !PER_MASK) | state.per(), wait: self.wait, ..state }
+        Decision {
+            per_outcome: (self.per_outcome & !PER_MASK) | state.per(),
+            wait: self.wait,
+            ..state
+        }
     }
 
     /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'

@@ -155,7 +155,11 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// A keyed limiter for up to `capacity` keys reading time from `clock`, or why it cannot be
     /// built: a capacity above [`MAX_CAPACITY`](Self::MAX_CAPACITY), or a table the allocator
     /// refused (the memory is allocated here, once: [`memory_bytes`](Self::memory_bytes)).
-    pub fn try_with_clock(policy: &Policy, capacity: usize, clock: C) -> Result<Self, CapacityError> {
+    pub fn try_with_clock(
+        policy: &Policy,
+        capacity: usize,
+        clock: C,
+    ) -> Result<Self, CapacityError> {
         // Model checking and fuzzing replay executions: their hashes must not vary between runs.
         #[cfg(any(ratewell_loom, fuzzing))]
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
@@ -175,6 +179,44 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             counts: Counts::new(),
             _key: PhantomData,
         })
+    }
+
+    /// The same limiter with its keys hashed from `seed` instead of a seed drawn per process:
+    /// the same keys then take the same slots in every run, so which keys are evicted (and so
+    /// every decision) is reproducible. `ratewell replay` and `compare` use it. Call it on a new
+    /// limiter: it forgets every key and override the limiter holds.
+    ///
+    /// Whoever knows the seed can choose keys that share candidate slots: a limiter keyed by
+    /// what clients send (addresses, API keys) should keep the default, random seed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let policy: Policy = "token-bucket capacity=1 rate=1/h".parse()?;
+    /// let run = || {
+    ///     let limiter = KeyedLimiter::<u32, _>::with_clock(&policy, 8, ManualClock::new(0)).seeded(7);
+    ///     (0..100u32).map(|k| limiter.allow(&(k % 40))).collect::<Vec<_>>()
+    /// };
+    /// assert_eq!(run(), run()); // the same evictions, the same decisions
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn seeded(mut self, seed: u64) -> Self {
+        // Four words from one (the constants are the digits of pi, as in `table.rs`).
+        self.hasher = ahash::RandomState::with_seeds(
+            seed,
+            seed ^ 0x243f_6a88_85a3_08d3,
+            seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344,
+            seed.rotate_left(16) ^ 0xa409_3822_299f_31d0,
+        );
+        let secret = self.hasher.hash_one(0x5eed_u64);
+        match &mut self.backend {
+            Backend::Words(t) => t.reseed(secret),
+            Backend::Logs(t) => t.clear(),
+        }
+        self.registry.clear_overrides();
+        self
     }
 
     /// What to do when a new key finds every candidate slot live (default: evict the one whose
@@ -460,6 +502,15 @@ impl Registry {
             && !admin.overrides.values().any(|&i| i == idx)
         {
             self.entry(idx).retired.store(true, Ordering::Release);
+        }
+    }
+
+    fn clear_overrides(&self) {
+        let mut admin = self.admin();
+        let idxs: Vec<u8> = admin.overrides.drain().map(|(_, idx)| idx).collect();
+        self.has_overrides.store(false, Ordering::Release);
+        for idx in idxs {
+            self.retire_unused(&admin, idx);
         }
     }
 

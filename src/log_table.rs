@@ -145,7 +145,12 @@ impl LogShard {
             NIL => {
                 if self.nodes.len() == self.nodes.capacity() {
                     // Double, but never past the shard's room.
-                    let more = self.nodes.capacity().max(4).min(room.saturating_sub(self.nodes.len())).max(1);
+                    let more = self
+                        .nodes
+                        .capacity()
+                        .max(4)
+                        .min(room.saturating_sub(self.nodes.len()))
+                        .max(1);
                     self.nodes.reserve_exact(more);
                 }
                 self.nodes.push(node);
@@ -208,6 +213,15 @@ impl LogTable {
 
     pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
         self.on_full = on_full;
+    }
+
+    /// Forget every key.
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let (reclaims, evictions, refused) = (shard.reclaims, shard.evictions, shard.refused);
+            *shard = LogShard { reclaims, evictions, refused, ..LogShard::new() };
+        }
     }
 
     pub(crate) fn capacity(&self) -> u64 {
@@ -355,7 +369,8 @@ impl LogTable {
         // hashbrown: a key, a value and a control byte per bucket, with buckets a power of two
         // at most 7/8 full.
         let index = std::mem::size_of::<(u64, u32)>() as u64 + 1;
-        let buckets = |room: usize| if room == 0 { 0 } else { (room * 8).div_ceil(7).next_power_of_two() };
+        let buckets =
+            |room: usize| if room == 0 { 0 } else { (room * 8).div_ceil(7).next_power_of_two() };
         self.shards
             .iter()
             .map(|shard| {

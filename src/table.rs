@@ -242,7 +242,11 @@ fn key_word(idx: u8, fp: u64) -> u64 {
 impl Table {
     /// A table of at least `capacity` slots (rounded up to whole buckets in every shard), or
     /// why not: more than [`MAX_CAPACITY`] keys, or an allocation the allocator refused.
-    pub(crate) fn new(capacity: usize, on_full: OnFull, secret: u64) -> Result<Self, CapacityError> {
+    pub(crate) fn new(
+        capacity: usize,
+        on_full: OnFull,
+        secret: u64,
+    ) -> Result<Self, CapacityError> {
         let capacity = (capacity as u64).max(1);
         if capacity > MAX_CAPACITY {
             return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
@@ -279,6 +283,22 @@ impl Table {
 
     pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
         self.on_full = on_full;
+    }
+
+    /// Mask states with a new secret; every key is forgotten (its stored state would unmask to
+    /// garbage).
+    pub(crate) fn reseed(&mut self, secret: u64) {
+        self.secret = mix(secret) | 1;
+        if self.stats().len == 0 {
+            return;
+        }
+        for slot in self.buckets.iter().flat_map(|b| &b.slots) {
+            slot.key.store(EMPTY, Ordering::Relaxed);
+            slot.state.store(0, Ordering::Relaxed);
+        }
+        for shard in self.shards.iter() {
+            shard.len.store(0, Ordering::Relaxed);
+        }
     }
 
     /// The fingerprint stored for `hash`.
@@ -360,7 +380,13 @@ impl Table {
 
     /// Decide a request for the key with hash `hash` without taking anything, reporting the
     /// key's state as it is (a new key's: fresh).
-    pub(crate) fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
+    pub(crate) fn peek<P: Policies>(
+        &self,
+        policies: &P,
+        hash: u64,
+        now: u64,
+        cost: u32,
+    ) -> Decision {
         let place = self.place(hash);
         loop {
             let Some((slot, key)) = self.find(place) else {

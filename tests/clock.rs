@@ -27,8 +27,9 @@ fn policy() -> impl Strategy<Value = String> {
             let mode = if nd { " nodelay" } else { " delay=3" };
             format!("leaky-bucket rate={n}/{d} burst={b}{mode}")
         }),
-        (1..=1000u32, 0..=200_000u32, prop_oneof![Just("s"), Just("m")])
-            .prop_map(|(n, b, u)| format!("leaky-bucket rate={n}r/{u} burst={b} nodelay compat=nginx")),
+        (1..=1000u32, 0..=200_000u32, prop_oneof![Just("s"), Just("m")]).prop_map(
+            |(n, b, u)| format!("leaky-bucket rate={n}r/{u} burst={b} nodelay compat=nginx")
+        ),
         (count.clone(), dur.clone(), any::<bool>()).prop_map(|(n, d, f)| {
             let align = if f { " align=first" } else { "" };
             format!("fixed-window limit={n} window={d}{align}")

@@ -15,8 +15,10 @@ fn a_clock_stepped_back_mints_nothing_however_far() {
     // layout's 19.5 h idle horizon): nothing more is admitted.
     for back in [19, 20, 24, 30, 72] {
         let clock = ManualClock::new(1000 * H);
-        let limiter =
-            Limiter::with_clock(&policy("fixed-window limit=100000 window=1h align=first"), clock.clone());
+        let limiter = Limiter::with_clock(
+            &policy("fixed-window limit=100000 window=1h align=first"),
+            clock.clone(),
+        );
         assert!(limiter.check_n(100_000).is_admitted());
         clock.set((1000 - back) * H);
         assert!(!limiter.check().is_admitted(), "{back} h back");
@@ -33,8 +35,10 @@ fn a_clock_stepped_back_mints_nothing_however_far() {
     }
     // nginx's leaky bucket, 4780 h back: no second burst.
     let clock = ManualClock::new(5000 * H);
-    let limiter =
-        Limiter::with_clock(&policy("leaky-bucket rate=10r/s burst=9 nodelay compat=nginx"), clock.clone());
+    let limiter = Limiter::with_clock(
+        &policy("leaky-bucket rate=10r/s burst=9 nodelay compat=nginx"),
+        clock.clone(),
+    );
     assert!(limiter.check_n(10).is_admitted());
     clock.set(220 * H);
     assert!(!limiter.check().is_admitted());
@@ -73,8 +77,11 @@ fn the_sliding_log_reports_its_memory_and_stays_bounded_under_a_key_flood() {
 #[test]
 fn a_sliding_log_reclaims_expired_keys_before_evicting() {
     let clock = ManualClock::new(0);
-    let limiter =
-        KeyedLimiter::<u64, _>::with_clock(&policy("sliding-log limit=2 window=1s"), 64, clock.clone());
+    let limiter = KeyedLimiter::<u64, _>::with_clock(
+        &policy("sliding-log limit=2 window=1s"),
+        64,
+        clock.clone(),
+    );
     for round in 0..20u64 {
         clock.set(round * 2 * S);
         for k in 0..64u64 {
@@ -118,7 +125,11 @@ fn peek_reports_the_state_as_it_is() {
         let limiter = Limiter::with_clock(&policy(text), ManualClock::new(0));
         let d = limiter.peek_n(1);
         assert!(d.is_admitted());
-        assert_eq!((d.remaining(), d.reset_after_ns(), d.replenish_after_ns()), (10, 0, None), "{text}");
+        assert_eq!(
+            (d.remaining(), d.reset_after_ns(), d.replenish_after_ns()),
+            (10, 0, None),
+            "{text}"
+        );
         assert_eq!(limiter.peek_n(4).remaining(), 10, "{text}");
         limiter.check_n(3);
         assert_eq!(limiter.peek_n(1).remaining(), 7, "{text}");

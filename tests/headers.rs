@@ -9,7 +9,8 @@ const S: u128 = 1_000_000_000;
 
 /// `(name, {param: integer})` of a one-item Structured Field List.
 fn parse_item(field: &str) -> (String, Vec<(String, i64)>) {
-    let list: sfv::List = sfv::Parser::new(field).parse().unwrap_or_else(|e| panic!("{field}: {e}"));
+    let list: sfv::List =
+        sfv::Parser::new(field).parse().unwrap_or_else(|e| panic!("{field}: {e}"));
     assert_eq!(list.len(), 1, "{field}");
     let sfv::ListEntry::Item(item) = &list[0] else { panic!("{field}: an inner list") };
     let name = item.bare_item.as_string().expect("a string name").as_str().to_string();

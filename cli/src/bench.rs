@@ -35,6 +35,22 @@ fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The name of `policy`'s algorithm, as the rows of the default policies name it.
+fn algorithm_name(policy: &Policy) -> &'static str {
+    let text = policy.to_string();
+    let words: Vec<&str> = text.split(' ').collect();
+    let has = |prefix: &str| words.iter().any(|w| w.starts_with(prefix));
+    match words[0] {
+        "token-bucket" if has("refill=") => ALGORITHMS[1].0,
+        "token-bucket" => ALGORITHMS[0].0,
+        "leaky-bucket" if has("compat=nginx") => ALGORITHMS[3].0,
+        "leaky-bucket" => ALGORITHMS[2].0,
+        "fixed-window" => ALGORITHMS[4].0,
+        "sliding-window" => ALGORITHMS[5].0,
+        _ => ALGORITHMS[6].0,
+    }
+}
+
 /// One policy per algorithm, all "10 per second" with a burst of 10: keys that are asked often
 /// are mostly refused (the read-only path), keys asked rarely mostly admitted (the CAS path);
 /// the `admitted` column says which one a row measured.
@@ -113,13 +129,23 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             .map(|&(name, spec)| Ok((name.to_string(), spec.parse().map_err(|e| format!("{e}"))?)))
             .collect::<Result<_, String>>()?
     } else {
-        args.policies
+        let mut named: Vec<(String, Policy)> = args
+            .policies
             .iter()
             .map(|spec| {
                 let policy: Policy = spec.parse().map_err(|e| format!("--policy {spec}: {e}"))?;
-                Ok((policy.to_string().split(' ').next().unwrap_or("").to_string(), policy))
+                Ok((algorithm_name(&policy).to_string(), policy))
             })
-            .collect::<Result<_, String>>()?
+            .collect::<Result<_, String>>()?;
+        // Several policies of one algorithm: number them, in the order given.
+        let names: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
+        for (i, (name, _)) in named.iter_mut().enumerate() {
+            if names.iter().filter(|n| *n == name).count() > 1 {
+                let k = names[..=i].iter().filter(|n| *n == name).count();
+                *name = format!("{name} #{k}");
+            }
+        }
+        named
     };
     let threads = usize::from(args.threads);
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::thread;
 
@@ -14,17 +14,19 @@ use crate::chart::{self, Chart, Panel};
 use crate::output::AtomicFile;
 use crate::progress::FileProgress;
 use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
+use crate::spool::{self, SEED, Tee, TempFile};
 use crate::table;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// The trace: `t_ns,key[,cost]` per line, as for `replay` (a file: a chart reads it twice).
+    /// The trace: `t_ns,key[,cost]` per line, as for `replay`; `-` for standard input. A chart
+    /// reads the trace twice: with `--svg` or `--png` it must be a file.
     trace: PathBuf,
     /// The limit to compare the algorithms at, `N/W` (e.g. `20/10s`, `100/s`, `5/250ms`): each
     /// algorithm gets its equivalent policy (token buckets of capacity B at N/W, Envoy-style with N
     /// tokens every W, nginx leaky buckets at N/W with burst B-1, nodelay and delayed; fixed
     /// window, sliding-window counter and sliding log of N per W).
-    #[arg(long, required_unless_present = "policies")]
+    #[arg(long)]
     limit: Option<String>,
     /// The burst B the token and leaky buckets allow at once (default: N).
     #[arg(long, requires = "limit")]
@@ -41,7 +43,8 @@ pub(crate) struct Args {
     /// The key the chart shows (limits are per key); default: the key with the most requests.
     #[arg(long)]
     key: Option<String>,
-    /// Keys each policy's table holds (see `replay --capacity`).
+    /// Keys each policy's table holds (see `replay --capacity`; evictions of live keys are
+    /// reported on stderr with the capacity that would have avoided them).
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     capacity: usize,
 }
@@ -376,8 +379,10 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         .into_iter()
         .map(|entry| {
             let clock = ManualClock::new(0);
-            Run {
-                limiter: KeyedLimiter::with_clock(&entry.policy, args.capacity, clock.clone()),
+            Ok(Run {
+                limiter: KeyedLimiter::try_with_clock(&entry.policy, args.capacity, clock.clone())
+                    .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
+                    .seeded(SEED),
                 clock,
                 delays: entry.policy.delays().then(Vec::new),
                 peaks: Peaks::new(entry.span_ns, entry.policy.delays()),
@@ -389,17 +394,35 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 series: chart_plan.map_or(Vec::new(), |(_, _, buckets)| vec![[0, 0]; buckets]),
                 charted: [0, 0],
                 late: 0,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     let charted = chart_plan.map(|(key, width, _)| (key, width));
     // Asked once: on Linux the answer reads the affinity mask and the cgroup's CPU quota.
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let per_thread = runs.len().div_ceil(cores.min(runs.len())).max(1);
 
-    let (file, size) = open(&args.trace)?;
-    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
-    let mut progress = FileProgress::new("compare", Some(size), PROGRESS_BYTES);
+    // A file, or a pipe (no chart: read once), copied as it is read should it be needed again.
+    let stdin = args.trace.as_os_str() == "-";
+    let (input, size): (Box<dyn Read>, Option<u64>) = if stdin {
+        (Box::new(io::stdin().lock()), None)
+    } else if charting {
+        let (file, size) = open(&args.trace)?;
+        (Box::new(file), Some(size))
+    } else {
+        let file = File::open(&args.trace)
+            .map_err(|e| format!("cannot read {}: {e}", args.trace.display()))?;
+        let meta =
+            file.metadata().map_err(|e| format!("cannot read {}: {e}", args.trace.display()))?;
+        if meta.is_dir() {
+            return Err(format!("cannot read {}: not a regular file", args.trace.display()));
+        }
+        (Box::new(file), meta.is_file().then(|| meta.len()))
+    };
+    let regular = size.is_some();
+    let tee = Tee::new_if(input, !regular);
+    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, tee));
+    let mut progress = FileProgress::new("compare", size, PROGRESS_BYTES);
     let (mut requests, mut end, mut unit_costs) = (0u64, 0u64, true);
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -418,10 +441,32 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         progress.update(reader.bytes(), reader.lines());
     }
     progress.finish(reader.lines());
+    let copy = reader.into_inner().into_inner().finish();
 
     let mut out = std::io::stdout().lock();
     let table = report(&args.trace, requests, keys.len(), end, &mut runs);
     out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
+    let again =
+        if regular { Some(args.trace.as_path()) } else { copy.as_ref().map(TempFile::path) };
+    for run in &runs {
+        let evictions = run.limiter.metrics().evictions;
+        if evictions == 0 {
+            continue;
+        }
+        let avoiding = match again {
+            Some(trace) => {
+                let mut check = |l: &KeyedLimiter<u32, ManualClock>, key: &[u8], cost: u32| {
+                    if let Some(id) = keys.find(key) {
+                        l.check_n(&id, cost);
+                    }
+                };
+                spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?
+            }
+            None => None,
+        };
+        let what = format!("compare: {}: ", run.entry.policy);
+        eprintln!("{}", spool::eviction_note(&what, evictions, run.limiter.capacity(), avoiding));
+    }
 
     if let Some((key, width, _)) = chart_plan {
         let chart = Chart {

@@ -6,6 +6,7 @@ mod compare;
 mod output;
 mod progress;
 mod replay;
+mod spool;
 mod table;
 
 use std::process::ExitCode;

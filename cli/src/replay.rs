@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use ratewell::{Decision, KeyedLimiter, ManualClock, Policy};
@@ -10,14 +10,16 @@ use ratewell::{Decision, KeyedLimiter, ManualClock, Policy};
 use ratewell_cli::trace::Reader;
 
 use crate::progress::FileProgress;
+use crate::spool::{self, SEED, Tee, TempFile};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The policy, e.g. 'token-bucket capacity=10 rate=5/s' (see SEMANTICS.md).
     #[arg(long)]
     policy: String,
-    /// Print admitted/rejected per key and in total instead of one line per request.
-    #[arg(long, conflicts_with = "format")]
+    /// Print admitted/rejected per key and in total instead of one line per request (with the
+    /// default `--format`; not with `--format full`).
+    #[arg(long)]
     summary: bool,
     /// `contract`: `1`/`0` per request (`1,<delay_ns>` for a delaying leaky bucket), exactly as
     /// SEMANTICS.md says. `full`: a CSV with a header and every field of each decision:
@@ -27,10 +29,11 @@ pub(crate) struct Args {
     format: Format,
     /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front). Beyond it,
     /// keys whose state is back to fresh are reclaimed without changing any decision; only if all
-    /// of a new key's candidate slots are live is one evicted.
+    /// of a new key's candidate slots are live is one evicted, which stderr reports with the
+    /// capacity that would have avoided it.
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     capacity: usize,
-    /// The trace; standard input if absent.
+    /// The trace; standard input if absent or `-`.
     file: Option<PathBuf>,
 }
 
@@ -48,36 +51,68 @@ pub(crate) const PROGRESS_BYTES: u64 = 16 << 20;
 
 pub(crate) fn run(args: &Args) -> Result<(), String> {
     let policy: Policy = args.policy.parse().map_err(|e| format!("--policy: {e}"))?;
-    let (input, size): (Box<dyn Read>, Option<u64>) = match &args.file {
+    let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
+    let limiter =
+        KeyedLimiter::<[u8], _>::try_with_clock(&policy, args.capacity, ManualClock::new(0))
+            .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
+            .seeded(SEED);
+    let output = match (args.summary, args.format) {
+        (true, Format::Full) => {
+            return Err(
+                "--summary and --format full: choose one (a summary has its own format)".into()
+            );
+        }
+        (true, Format::Contract) => Output::Summary,
+        (false, Format::Contract) => Output::Contract { delays: policy.delays() },
+        (false, Format::Full) => Output::Full,
+    };
+    let stdout = io::stdout().lock();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout);
+    // Standard input is kept in a temporary copy, to be read again should live keys be evicted.
+    let (result, copy) = match path {
         Some(path) => {
             let file =
                 File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let size = file.metadata().ok().map(|m| m.len());
-            (Box::new(file), size)
+            let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
+            let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
+            (replay(&limiter, &mut reader, &mut out, output, progress), None)
         }
-        None => (Box::new(io::stdin().lock()), None),
+        None => {
+            let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
+            let mut reader =
+                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())));
+            let result = replay(&limiter, &mut reader, &mut out, output, progress);
+            (result, reader.into_inner().into_inner().finish())
+        }
     };
-    let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
-    let stdout = io::stdout().lock();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    let limiter = KeyedLimiter::<[u8], _>::with_clock(&policy, args.capacity, ManualClock::new(0));
-    let reader = Reader::new(BufReader::with_capacity(1 << 16, input));
-    let output = match (args.summary, args.format) {
-        (true, _) => Output::Summary,
-        (false, Format::Contract) => Output::Contract { delays: policy.delays() },
-        (false, Format::Full) => Output::Full,
-    };
-    let result = replay(&limiter, reader, &mut out, output, progress);
     // Whatever happened, what was written ends at a line boundary: flush it.
     let flushed = out.flush();
     match (result, flushed) {
         (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-            Ok(())
+            return Ok(());
         }
-        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => Err(format!("cannot write output: {e}")),
-        (Err(Failure::Read(e)), _) => Err(e),
-        (Ok(()), Ok(())) => Ok(()),
+        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => {
+            return Err(format!("cannot write output: {e}"));
+        }
+        (Err(Failure::Read(e)), _) => return Err(e),
+        (Ok(()), Ok(())) => {}
     }
+    let evictions = limiter.metrics().evictions;
+    if evictions > 0 {
+        let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
+        let avoiding = match again {
+            Some(trace) => {
+                let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
+                    l.check_n(key, cost);
+                };
+                spool::avoiding_capacity(&policy, trace, args.capacity, &mut check)?
+            }
+            None => None,
+        };
+        eprintln!("{}", spool::eviction_note("", evictions, limiter.capacity(), avoiding));
+    }
+    Ok(())
 }
 
 enum Failure {
@@ -106,7 +141,7 @@ struct KeyStats {
 
 fn replay(
     limiter: &KeyedLimiter<[u8], ManualClock>,
-    mut reader: Reader<impl io::BufRead>,
+    reader: &mut Reader<impl io::BufRead>,
     out: &mut impl Write,
     output: Output,
     mut progress: FileProgress,

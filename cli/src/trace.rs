@@ -200,6 +200,11 @@ impl<R: BufRead> Reader<R> {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// The input, read up to where the reader stopped.
+    pub fn into_inner(self) -> R {
+        self.input
+    }
 }
 
 #[cfg(test)]

@@ -113,7 +113,8 @@ impl SlidingLog {
                 return (d, None);
             }
             let next = if live == 0 { reset_at(at) } else { next };
-            let d = Decision::admitted(self.limit, remaining - cost, reset_at(at), 0).replenish(next);
+            let d =
+                Decision::admitted(self.limit, remaining - cost, reset_at(at), 0).replenish(next);
             return (d, Some(Admit { expired, live, at }));
         }
         // Entry `t` stops counting at `t + W + 1`; wait for the oldest live ones until `cost` fits.

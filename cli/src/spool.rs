@@ -1,0 +1,142 @@
+//! Reading a trace again: standard input is copied to a temporary file as it is read, so that a
+//! replay that evicted live keys can replay the trace once more to find the capacity that would
+//! not have.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use ratewell::{KeyedLimiter, ManualClock, Policy};
+
+use ratewell_cli::trace::Reader;
+
+/// The seed of every table `replay` and `compare` build: the same input gives the same output in
+/// every run, evictions included.
+pub(crate) const SEED: u64 = 0x7261_7465_7765_6c6c;
+
+/// A temporary file, removed when dropped.
+pub(crate) struct TempFile(PathBuf);
+
+impl TempFile {
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `inner`, with every byte read also written to a temporary file (dropped, with the file, on
+/// the first error writing it: the copy is a convenience, never a reason to fail).
+pub(crate) struct Tee<R> {
+    inner: R,
+    copy: Option<(BufWriter<File>, TempFile)>,
+}
+
+impl<R: Read> Tee<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self::new_if(inner, true)
+    }
+
+    /// `inner`, copied only if `copy` (a regular file can be read again as it is).
+    pub(crate) fn new_if(inner: R, copy: bool) -> Self {
+        let path =
+            std::env::temp_dir().join(format!(".ratewell-input-{}.trace", std::process::id()));
+        let copy = copy
+            .then(|| File::create_new(&path).ok())
+            .flatten()
+            .map(|f| (BufWriter::with_capacity(1 << 16, f), TempFile(path)));
+        Tee { inner, copy }
+    }
+
+    /// The copy of everything read, if it was kept whole.
+    pub(crate) fn finish(self) -> Option<TempFile> {
+        let (mut writer, file) = self.copy?;
+        writer.flush().ok()?;
+        Some(file)
+    }
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some((writer, _)) = &mut self.copy {
+            if writer.write_all(&buf[..n]).is_err() {
+                self.copy = None;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// How a run decides one request: `(limiter, key, cost)`, keyed as the run being reproduced.
+pub(crate) type Check<'a, K> = dyn FnMut(&KeyedLimiter<K, ManualClock>, &[u8], u32) + 'a;
+
+/// Whether replaying `path` through `policy` in a seeded table of `capacity` keys evicts a live
+/// key; `None` if such a table cannot be allocated.
+fn evicts<K: std::hash::Hash + ?Sized>(
+    policy: &Policy,
+    path: &Path,
+    capacity: usize,
+    check: &mut Check<'_, K>,
+) -> Result<Option<bool>, String> {
+    let Ok(limiter) = KeyedLimiter::<K, _>::try_with_clock(policy, capacity, ManualClock::new(0))
+    else {
+        return Ok(None);
+    };
+    let limiter = limiter.seeded(SEED);
+    let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut reader = Reader::new(io::BufReader::with_capacity(1 << 16, file));
+    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
+        limiter.clock().set(request.t);
+        check(&limiter, request.key, request.cost);
+        if limiter.metrics().evictions > 0 {
+            return Ok(Some(true));
+        }
+    }
+    Ok(Some(false))
+}
+
+/// The smallest of `2c, 4c, 8c, ...` (from the capacity `c` that evicted) at which a replay of
+/// `path` evicts no live key; `None` if none up to what can be allocated.
+pub(crate) fn avoiding_capacity<K: std::hash::Hash + ?Sized>(
+    policy: &Policy,
+    path: &Path,
+    capacity: usize,
+    check: &mut Check<'_, K>,
+) -> Result<Option<usize>, String> {
+    let mut c = capacity.max(1);
+    loop {
+        c = match c.checked_mul(2) {
+            Some(c) if c as u64 <= KeyedLimiter::<K>::MAX_CAPACITY => c,
+            _ => return Ok(None),
+        };
+        match evicts(policy, path, c, check)? {
+            Some(true) => continue,
+            Some(false) => return Ok(Some(c)),
+            None => return Ok(None),
+        }
+    }
+}
+
+/// The stderr note for `evictions` live keys evicted from a table of `capacity` keys.
+pub(crate) fn eviction_note(
+    what: &str,
+    evictions: u64,
+    capacity: u64,
+    avoiding: Option<usize>,
+) -> String {
+    let times = if evictions == 1 { "once" } else { "times" };
+    let count = if evictions == 1 { String::new() } else { format!("{evictions} ") };
+    let advice = match avoiding {
+        Some(c) => format!("--capacity {c} avoids it"),
+        None => "no capacity that can be allocated avoids it".into(),
+    };
+    format!(
+        "ratewell: {what}live keys were evicted {count}{times} from a table of {capacity} keys, \
+         so decisions may differ from an unbounded table's; {advice}"
+    )
+}
