@@ -1,11 +1,8 @@
 //! Per-key limiting: a bounded table of per-key states, per-key policy overrides, run-time policy
 //! changes, and metrics.
 
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU8};
-use std::sync::{Mutex as StdMutex, OnceLock};
 
 use crate::algorithms::Algorithm;
 use crossbeam_utils::CachePadded;
@@ -15,9 +12,9 @@ use crate::counts::Counts;
 use crate::decision::Decision;
 use crate::log_table::LogTable;
 use crate::policy::{Policy, PolicyError};
+use crate::registry::{Locked, Policies, Registry};
 use crate::state::Report;
-use crate::sync::Ordering;
-use crate::table::{CapacityError, MAX_CAPACITY, MAX_POLICIES, OnFull, Policies, Table};
+use crate::table::{CapacityError, MAX_CAPACITY, OnFull, Table};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -321,30 +318,69 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
-    /// Replace the policy of every key without an override. Keys already present switch to it
-    /// fresh at their next decision (states of different policies do not convert).
+    /// Replace the policy of every key without an override. Each key present keeps what it
+    /// consumed: at its next decision its state is converted to the new policy
+    /// ([`Policy`]'s limit less what remained under the old one, in whole units, rounded
+    /// against the key, is taken from a fresh state of the new policy at that instant). So a new
+    /// rate or capacity on the same algorithm keeps the consumed part, and an exhausted key
+    /// stays exhausted under a policy no larger; across algorithms the same rule applies, and a
+    /// window or refill schedule restarts at the conversion. A sliding log keeps its log.
     ///
-    /// Fails if the policy's kind differs (a sliding log and the one-word algorithms do not share a
-    /// table) or if the limiter has seen 255 distinct policies in its life.
+    /// Fails if the policy's kind differs (a sliding log and the one-word algorithms do not share
+    /// a table), or if 255 distinct policies are in use at once (the default and the overrides).
+    /// Policies no longer in use free their slots for later ones: there is no limit on how many
+    /// times a limiter's policies change.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let limiter = KeyedLimiter::<str, _>::with_clock(&"token-bucket capacity=10 rate=1/h".parse()?, 100, ManualClock::new(0));
+    /// assert!(limiter.check_n("k", 10).is_admitted()); // exhausted
+    /// limiter.set_policy(&"token-bucket capacity=14 rate=1/h".parse()?)?;
+    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 4); // 10 consumed of 14, not a fresh 14
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
     pub fn set_policy(&self, policy: &Policy) -> Result<(), PolicyError> {
-        self.registry.set_default(policy)
+        self.registry.set_default(policy, &|locked| self.sweep(locked))
     }
 
-    /// Give `key` its own policy (a premium API key, an internal service). The key starts fresh
-    /// under it.
+    /// Give `key` its own policy (a premium API key, an internal service). A key present keeps
+    /// what it consumed (see [`set_policy`](Self::set_policy)).
     pub fn set_override(&self, key: &K, policy: &Policy) -> Result<(), PolicyError> {
         let hash = self.hasher.hash_one(key);
-        self.registry.set_override(self.fingerprint(hash), Some(policy))?;
+        self.registry.set_override(self.fingerprint(hash), Some(policy), &|l| self.sweep(l))?;
         self.rehome(hash);
         Ok(())
     }
 
-    /// Return `key` to the limiter's policy (fresh).
+    /// Return `key` to the limiter's policy, keeping what it consumed.
     pub fn clear_override(&self, key: &K) {
         let hash = self.hasher.hash_one(key);
         // Clearing cannot fail: it registers nothing.
-        let _ = self.registry.set_override(self.fingerprint(hash), None);
+        let _ = self.registry.set_override(self.fingerprint(hash), None, &|l| self.sweep(l));
         self.rehome(hash);
+    }
+
+    /// The policy `key` is decided under: its override, or the limiter's policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, Policy};
+    ///
+    /// let limiter = KeyedLimiter::<str>::new(&"fixed-window limit=10 window=1m".parse()?, 100);
+    /// let premium: Policy = "fixed-window limit=1000 window=1m".parse()?;
+    /// limiter.set_override("vip", &premium)?;
+    /// assert_eq!(limiter.policy_of("vip"), premium);
+    /// assert_eq!(limiter.policy_of("anyone"), limiter.policy());
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn policy_of(&self, key: &K) -> Policy {
+        let hash = self.hasher.hash_one(key);
+        let (idx, _) = self.registry.resolve(self.fingerprint(hash));
+        self.registry.policy(idx).clone()
     }
 
     fn fingerprint(&self, hash: u64) -> u64 {
@@ -354,10 +390,21 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
+    /// Move the key to the policy it resolves to now, keeping what it consumed.
     fn rehome(&self, hash: u64) {
+        let now = self.floor.now(&self.clock);
         match &self.backend {
-            Backend::Words(table) => table.migrate(&self.registry, table.place(hash)),
+            Backend::Words(table) => table.migrate(&self.registry, table.place(hash), now),
             Backend::Logs(table) => table.migrate(&self.registry, hash),
+        }
+    }
+
+    /// Convert every key stored under a retired policy slot (under the registry's lock).
+    fn sweep(&self, policies: &Locked<'_>) {
+        let now = self.floor.now(&self.clock);
+        match &self.backend {
+            Backend::Words(table) => table.sweep(policies, now),
+            Backend::Logs(table) => table.sweep(policies),
         }
     }
 
@@ -408,152 +455,5 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// The clock.
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-}
-
-/// The policies of one keyed limiter: an append-only array (a key's slot stores an index into it),
-/// the default index, and the overrides by fingerprint.
-///
-/// Indices are never reused: a key stored under a retired index is moved to its current policy at
-/// its next decision, and reusing the index could make it read another policy's state.
-pub(crate) struct Registry {
-    /// Indexed by a `u8` with no bounds check; index 255 (`MAX_POLICIES`) is never set.
-    entries: Box<[OnceLock<Entry>; 256]>,
-    default: AtomicU8,
-    has_overrides: AtomicBool,
-    admin: StdMutex<Admin>,
-}
-
-struct Entry {
-    policy: Policy,
-    retired: AtomicBool,
-}
-
-struct Admin {
-    next: usize,
-    overrides: HashMap<u64, u8>,
-    log_kind: bool,
-}
-
-fn is_log(policy: &Policy) -> bool {
-    matches!(policy.algorithm, Algorithm::Log(_))
-}
-
-impl Registry {
-    fn new(policy: &Policy) -> Self {
-        let entries: Box<[OnceLock<Entry>; 256]> =
-            Box::new(std::array::from_fn(|_| OnceLock::new()));
-        let _ = entries[0].set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
-        Registry {
-            entries,
-            default: AtomicU8::new(0),
-            has_overrides: AtomicBool::new(false),
-            admin: StdMutex::new(Admin {
-                next: 1,
-                overrides: HashMap::new(),
-                log_kind: is_log(policy),
-            }),
-        }
-    }
-
-    fn admin(&self) -> std::sync::MutexGuard<'_, Admin> {
-        self.admin.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn entry(&self, idx: u8) -> &Entry {
-        self.entries[usize::from(idx)].get().expect("registered policy index")
-    }
-
-    fn default_policy(&self) -> &Policy {
-        &self.entry(self.default.load(Ordering::Acquire)).policy
-    }
-
-    /// The index of `policy`, registering it (or reviving a retired equal one) if needed.
-    fn register(&self, admin: &mut Admin, policy: &Policy) -> Result<u8, PolicyError> {
-        if is_log(policy) != admin.log_kind {
-            return Err(PolicyError::new(
-                policy.to_string(),
-                "a policy of the same kind as the limiter's (a sliding log cannot replace a \
-                 one-word algorithm in a keyed limiter, nor the reverse)",
-            ));
-        }
-        for idx in 0..admin.next {
-            let entry = self.entries[idx].get().expect("registered");
-            if entry.policy == *policy && !entry.retired.load(Ordering::Relaxed) {
-                return Ok(idx as u8);
-            }
-        }
-        if admin.next == MAX_POLICIES {
-            return Err(PolicyError::new(
-                policy.to_string(),
-                "at most 255 distinct policies over a keyed limiter's life; build a new limiter",
-            ));
-        }
-        let idx = admin.next;
-        admin.next += 1;
-        let _ = self.entries[idx]
-            .set(Entry { policy: policy.clone(), retired: AtomicBool::new(false) });
-        Ok(idx as u8)
-    }
-
-    /// Retire `idx` if neither the default nor an override uses it.
-    fn retire_unused(&self, admin: &Admin, idx: u8) {
-        if idx != self.default.load(Ordering::Relaxed)
-            && !admin.overrides.values().any(|&i| i == idx)
-        {
-            self.entry(idx).retired.store(true, Ordering::Release);
-        }
-    }
-
-    fn clear_overrides(&self) {
-        let mut admin = self.admin();
-        let idxs: Vec<u8> = admin.overrides.drain().map(|(_, idx)| idx).collect();
-        self.has_overrides.store(false, Ordering::Release);
-        for idx in idxs {
-            self.retire_unused(&admin, idx);
-        }
-    }
-
-    fn set_default(&self, policy: &Policy) -> Result<(), PolicyError> {
-        let mut admin = self.admin();
-        let idx = self.register(&mut admin, policy)?;
-        let old = self.default.swap(idx, Ordering::AcqRel);
-        self.retire_unused(&admin, old);
-        Ok(())
-    }
-
-    fn set_override(&self, fp: u64, policy: Option<&Policy>) -> Result<(), PolicyError> {
-        let mut admin = self.admin();
-        let old = match policy {
-            Some(policy) => {
-                let idx = self.register(&mut admin, policy)?;
-                admin.overrides.insert(fp, idx)
-            }
-            None => admin.overrides.remove(&fp),
-        };
-        self.has_overrides.store(!admin.overrides.is_empty(), Ordering::Release);
-        if let Some(old) = old {
-            self.retire_unused(&admin, old);
-        }
-        Ok(())
-    }
-}
-
-impl Policies for Registry {
-    #[inline]
-    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
-        let entry = self.entries[usize::from(idx)].get()?;
-        // Relaxed suffices: a stale `false` decides once more under the policy the key was
-        // stored with, as if the change had come a moment later.
-        (!entry.retired.load(Ordering::Relaxed)).then_some(&entry.policy.algorithm)
-    }
-
-    fn resolve(&self, fp: u64) -> u8 {
-        if self.has_overrides.load(Ordering::Acquire) {
-            if let Some(&idx) = self.admin().overrides.get(&fp) {
-                return idx;
-            }
-        }
-        self.default.load(Ordering::Acquire)
     }
 }

@@ -86,6 +86,7 @@ mod keyed;
 mod limiter;
 mod log_table;
 mod policy;
+mod registry;
 mod state;
 mod sync;
 mod table;

@@ -34,8 +34,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
 use crate::decision::Decision;
+use crate::registry::Policies;
 use crate::sync::{Mutex, MutexGuard};
-use crate::table::{CapacityError, MAX_CAPACITY, OnFull, Policies, TableStats};
+use crate::table::{CapacityError, MAX_CAPACITY, OnFull, TableStats};
 
 /// Keys examined from the head of a full shard's list for one new key.
 const CANDIDATES: usize = 8;
@@ -77,7 +78,16 @@ struct LogShard {
 }
 
 fn sliding_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
-    match policies.algorithm(idx)? {
+    as_log(policies.algorithm(idx)?)
+}
+
+/// The policy of slot `idx` even if retired (what a key stored under it has been decided by).
+fn previous_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
+    as_log(policies.previous(idx)?)
+}
+
+fn as_log(algorithm: &Algorithm) -> Option<&SlidingLog> {
+    match algorithm {
         Algorithm::Log(log) => Some(log),
         _ => None,
     }
@@ -241,36 +251,45 @@ impl LogTable {
         cost: u32,
         commit: bool,
     ) -> Decision {
-        let mut shard = self.shard(hash);
-        if let Some(&i) = shard.index.get(&hash) {
-            let idx = shard.nodes[i as usize].idx;
-            let (idx, algorithm) = match sliding_log(policies, idx) {
-                Some(a) => (idx, a),
-                // Its policy was replaced: the log carries over (its entries are the requests
-                // the key made) and is read under the current policy.
-                None => {
-                    let idx = policies.resolve(hash);
-                    (idx, sliding_log(policies, idx).expect("resolve returns a live sliding log"))
+        // A key present under a live policy: decided under the shard lock alone.
+        {
+            let mut shard = self.shard(hash);
+            if let Some(&i) = shard.index.get(&hash) {
+                if let Some(a) = sliding_log(policies, shard.nodes[i as usize].idx) {
+                    return shard.decide_at(i, a, now, cost, commit);
                 }
-            };
-            shard.nodes[i as usize].idx = idx;
-            return shard.decide_at(i, algorithm, now, cost, commit);
-        }
-        let idx = policies.resolve(hash);
-        let algorithm = sliding_log(policies, idx).expect("resolve returns a live sliding log");
-        let decision = algorithm.decide(&mut Log::default(), now, cost, false);
-        if !commit || !decision.is_admitted() {
-            return decision;
-        }
-        if shard.len() >= self.per_shard {
-            if let Some(refused) = self.make_room(policies, &mut shard, now, decision.limit()) {
-                return refused;
             }
         }
-        let mut log = Log::default();
-        let decision = algorithm.decide(&mut log, now, cost, true);
-        shard.insert(hash, idx, log, self.per_shard);
-        decision
+        // A new key, or one whose policy was replaced: resolve its policy before taking the
+        // shard lock (resolving may take the registry's lock, which a sweep holds while it takes
+        // shard locks), and check under it that the policy is still the one resolved.
+        loop {
+            let (idx, token) = policies.resolve(hash);
+            let Some(algorithm) = sliding_log(policies, idx) else { continue };
+            let mut shard = self.shard(hash);
+            if !policies.still(idx, token) {
+                continue;
+            }
+            if let Some(&i) = shard.index.get(&hash) {
+                // Its log carries over (the entries are the requests the key made), read under
+                // the current policy.
+                shard.nodes[i as usize].idx = idx;
+                return shard.decide_at(i, algorithm, now, cost, commit);
+            }
+            let decision = algorithm.decide(&mut Log::default(), now, cost, false);
+            if !commit || !decision.is_admitted() {
+                return decision;
+            }
+            if shard.len() >= self.per_shard {
+                if let Some(refused) = self.make_room(policies, &mut shard, now, decision.limit()) {
+                    return refused;
+                }
+            }
+            let mut log = Log::default();
+            let decision = algorithm.decide(&mut log, now, cost, true);
+            shard.insert(hash, idx, log, self.per_shard);
+            return decision;
+        }
     }
 
     /// Free one node of a full shard, looking at most [`CANDIDATES`] keys from the head: reclaim
@@ -291,7 +310,7 @@ impl LogTable {
                 break;
             }
             let node = &shard.nodes[i as usize];
-            let Some(a) = sliding_log(policies, node.idx).filter(|a| !a.is_fresh(&node.log, now))
+            let Some(a) = previous_log(policies, node.idx).filter(|a| !a.is_fresh(&node.log, now))
             else {
                 shard.remove(i);
                 shard.reclaims += 1;
@@ -327,17 +346,34 @@ impl LogTable {
 
     /// Move the key to the policy `resolve` gives it now; its log carries over.
     pub(crate) fn migrate<P: Policies>(&self, policies: &P, hash: u64) {
-        let mut shard = self.shard(hash);
-        let idx = policies.resolve(hash);
-        if let Some(&i) = shard.index.get(&hash) {
-            shard.nodes[i as usize].idx = idx;
+        loop {
+            let (idx, token) = policies.resolve(hash);
+            let mut shard = self.shard(hash);
+            if !policies.still(idx, token) {
+                continue;
+            }
+            if let Some(&i) = shard.index.get(&hash) {
+                shard.nodes[i as usize].idx = idx;
+            }
+            return;
         }
     }
 
-    /// The policy index the key is stored with, if present.
-    pub(crate) fn policy_index(&self, hash: u64) -> Option<u8> {
-        let shard = self.shard(hash);
-        shard.index.get(&hash).map(|&i| shard.nodes[i as usize].idx)
+    /// Move every key stored under a retired policy slot to its current policy (under the
+    /// registry's lock, before it frees those slots).
+    pub(crate) fn sweep<P: Policies>(&self, policies: &P) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for i in 0..shard.nodes.len() {
+                let node = &shard.nodes[i];
+                if shard.index.get(&node.hash) == Some(&(i as u32))
+                    && sliding_log(policies, node.idx).is_none()
+                {
+                    let (idx, _) = policies.resolve(node.hash);
+                    shard.nodes[i].idx = idx;
+                }
+            }
+        }
     }
 
     /// Reclaim every expired log (a scan of every shard); returns how many.
@@ -350,7 +386,7 @@ impl LogTable {
                 let node = &shard.nodes[i as usize];
                 let next = node.next;
                 let fresh =
-                    sliding_log(policies, node.idx).is_none_or(|a| a.is_fresh(&node.log, now));
+                    previous_log(policies, node.idx).is_none_or(|a| a.is_fresh(&node.log, now));
                 if fresh {
                     shard.remove(i);
                     shard.reclaims += 1;

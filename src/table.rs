@@ -91,7 +91,9 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 use crossbeam_utils::CachePadded;
 
+use crate::algorithms::convert;
 use crate::decision::Decision;
+use crate::registry::Policies;
 use crate::state::{Applied, Report, apply_algorithm};
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
@@ -128,15 +130,6 @@ struct Shard {
     reclaims: StdAtomicU64,
     evictions: StdAtomicU64,
     refused: StdAtomicU64,
-}
-
-/// What the table needs to know of the limiter's policies.
-pub(crate) trait Policies {
-    /// The algorithm behind policy index `idx`, or `None` if the index was retired (the key must
-    /// move to its current policy: [`Table::migrate`]).
-    fn algorithm(&self, idx: u8) -> Option<&crate::algorithms::Algorithm>;
-    /// The policy index a new key with this fingerprint starts with.
-    fn resolve(&self, fp: u64) -> u8;
 }
 
 /// The most keys a keyed limiter holds: 2^39 (8 TiB of slots; the sliding log's table indexes
@@ -390,12 +383,12 @@ impl Table {
         let place = self.place(hash);
         loop {
             let Some((slot, key)) = self.find(place) else {
-                let idx = policies.resolve(place.fp);
-                let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
+                let (idx, _) = policies.resolve(place.fp);
+                let Some(algorithm) = policies.algorithm(idx) else { continue };
                 return algorithm.peek(0, now, cost);
             };
             let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                self.migrate(policies, place);
+                self.migrate(policies, place, now);
                 continue;
             };
             let stored = slot.state.load(Ordering::Acquire);
@@ -446,7 +439,7 @@ impl Table {
                 }
             };
             let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                self.migrate(policies, place);
+                self.migrate(policies, place, now);
                 continue;
             };
             if let Some(report) = self.apply(algorithm, slot, key, now, cost, commit) {
@@ -467,12 +460,18 @@ impl Table {
         cost: u32,
         commit: bool,
     ) -> Option<R> {
-        let idx = policies.resolve(place.fp);
-        let algorithm = policies.algorithm(idx).expect("resolve returns a live policy");
+        let (idx, token) = policies.resolve(place.fp);
+        // Retired since it was resolved: resolve again.
+        let algorithm = policies.algorithm(idx)?;
         let (decision, next) = R::decide_cold(algorithm, 0, now, cost);
         let Some(next) = next.filter(|_| commit) else { return Some(decision) };
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A slot retired (and perhaps swept and reassigned) since it was resolved must not be
+        // stored: see `registry.rs`, *Reusing slots*.
+        if !policies.still(idx, token) {
+            return None;
+        }
         #[cfg(not(ratewell_broken = "no_rescan"))]
         if self.find(place).is_some() {
             return None;
@@ -521,8 +520,8 @@ impl Table {
                     continue;
                 }
                 let stored = slot.state.load(Ordering::Acquire);
-                let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                    // A key on a retired policy: its state means nothing now.
+                // A key on a retired policy is ranked by it: its next decision converts it.
+                let Some(algorithm) = policies.previous((key >> FP_BITS) as u8) else {
                     reclaimable = Some(Choice::Occupied { slot, key, stored, lossless: true });
                     continue;
                 };
@@ -569,21 +568,62 @@ impl Table {
         installed.is_ok()
     }
 
-    /// Move the key at `place` (if present) to the policy `resolve` now gives it, fresh.
+    /// Move the key at `place` (if present) to the policy `resolve` now gives it, keeping what
+    /// it consumed ([`convert`]).
     #[cold]
     #[inline(never)]
-    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place) {
+    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place, now: u64) {
         let shard = &self.shards[place.shard];
-        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((slot, key)) = self.find(place) else { return };
-        let idx = policies.resolve(place.fp);
-        if (key >> FP_BITS) as u8 == idx && policies.algorithm(idx).is_some() {
+        loop {
+            // Resolved before the shard lock (resolving may take the registry's lock, which a
+            // sweep holds while it takes shard locks), and checked under it.
+            let (idx, token) = policies.resolve(place.fp);
+            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            if !policies.still(idx, token) {
+                continue;
+            }
+            let Some((slot, key)) = self.find(place) else { return };
+            self.convert_slot(policies, slot, key, idx, now);
             return;
         }
+    }
+
+    /// Under the shard lock: store the key of `slot` (key word `key`) under slot `idx`, its state
+    /// converted. Nothing to do if it is there already.
+    fn convert_slot<P: Policies>(&self, policies: &P, slot: &Slot, key: u64, idx: u8, now: u64) {
+        let from = (key >> FP_BITS) as u8;
+        let Some(to) = policies.algorithm(idx) else { return };
+        if from == idx {
+            return;
+        }
+        let new_key = key_word(idx, key & FP_MASK);
         loop {
             let stored = slot.state.load(Ordering::Acquire);
-            if self.replace(slot, key, stored, key_word(idx, place.fp), 0) {
+            let word = match policies.previous(from) {
+                Some(from) => convert(from, to, stored ^ self.mask(key), now),
+                None => 0,
+            };
+            if self.replace(slot, key, stored, new_key, word) {
                 return;
+            }
+        }
+    }
+
+    /// Convert every key stored under a retired policy slot to its current policy: before the
+    /// registry frees those slots (`registry.rs`, *Reusing slots*).
+    pub(crate) fn sweep<P: Policies>(&self, policies: &P, now: u64) {
+        for (i, shard) in self.shards.iter().enumerate() {
+            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let own = self.buckets.iter().skip(i).step_by(self.shards.len());
+            for slot in own.flat_map(|b| &b.slots) {
+                let key = slot.key.load(Ordering::Acquire);
+                if key == EMPTY || key == TOMBSTONE {
+                    continue;
+                }
+                if policies.algorithm((key >> FP_BITS) as u8).is_none() {
+                    let (idx, _) = policies.resolve(key & FP_MASK);
+                    self.convert_slot(policies, slot, key, idx, now);
+                }
             }
         }
     }
@@ -614,7 +654,7 @@ impl Table {
                 }
                 let stored = slot.state.load(Ordering::Acquire);
                 let fresh = policies
-                    .algorithm((key >> FP_BITS) as u8)
+                    .previous((key >> FP_BITS) as u8)
                     .is_none_or(|a| a.reset_after(stored ^ self.mask(key), now) == 0);
                 if !fresh {
                     continue;

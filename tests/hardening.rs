@@ -163,3 +163,96 @@ fn a_full_table_is_its_own_outcome() {
     assert!(d.is_table_full() && !d.is_impossible());
     assert!(d.retry_after_ns().is_some());
 }
+
+/// Every algorithm's policies, each with a limit of `n` (a leaky bucket: burst `n - 1`).
+fn of_limit(n: u32) -> Vec<String> {
+    vec![
+        format!("token-bucket capacity={n} rate=1/h"),
+        format!("token-bucket capacity={n} refill=1 every=1h"),
+        format!("leaky-bucket rate=1/h burst={} nodelay", n - 1),
+        format!("leaky-bucket rate=1r/m burst={} nodelay compat=nginx", n - 1),
+        format!("fixed-window limit={n} window=1h"),
+        format!("sliding-window limit={n} window=1h"),
+    ]
+}
+
+#[test]
+fn a_policy_change_keeps_what_keys_consumed() {
+    // Every pair of one-word algorithms, to a larger, an equal and a smaller limit: a key that
+    // consumed `used` of 10 has `max(0, new - used)` left, not a fresh budget.
+    for from in of_limit(10) {
+        for (to_limit, used) in [(14u64, 10u32), (10, 4), (6, 9), (6, 3)] {
+            for to in of_limit(to_limit as u32) {
+                let limiter = KeyedLimiter::<str, _>::with_clock(
+                    &policy(&from),
+                    100,
+                    ManualClock::new(5 * H),
+                );
+                assert!(limiter.check_n("k", used).is_admitted(), "{from}");
+                assert!(limiter.check("fresh-later").is_admitted());
+                limiter.set_policy(&policy(&to)).unwrap();
+                let left = to_limit.saturating_sub(u64::from(used));
+                assert_eq!(limiter.peek_n("k", 1).remaining(), left, "{from} -> {to} after {used}");
+                assert_eq!(limiter.peek_n("never-seen", 1).remaining(), to_limit, "{to}");
+            }
+        }
+    }
+    // A sliding log keeps its log: the same requests, read under the new limit.
+    let limiter = KeyedLimiter::<str, _>::with_clock(
+        &policy("sliding-log limit=10 window=1m"),
+        100,
+        ManualClock::new(0),
+    );
+    assert!(limiter.check_n("k", 7).is_admitted());
+    limiter.set_policy(&policy("sliding-log limit=9 window=1m")).unwrap();
+    assert_eq!(limiter.peek_n("k", 1).remaining(), 2);
+}
+
+#[test]
+fn policies_change_any_number_of_times_under_load() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let limiter = std::sync::Arc::new(KeyedLimiter::<u64, _>::with_clock(
+        &policy("fixed-window limit=1 window=1s"),
+        4096,
+        ManualClock::new(0),
+    ));
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (limiter, done) = (limiter.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut decisions = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    for k in 0..200u64 {
+                        let d = limiter.check(&(k * 2 + t));
+                        // Every decision is one of the policies' own.
+                        assert!((1..=400).contains(&d.limit()), "{d:?}");
+                        decisions += 1;
+                    }
+                }
+                decisions
+            })
+        })
+        .collect();
+    for n in 1..=2000u64 {
+        let limit = n % 400 + 1;
+        limiter.set_policy(&policy(&format!("fixed-window limit={limit} window=1s"))).unwrap();
+        if n % 7 == 0 {
+            limiter
+                .set_override(
+                    &(n % 50),
+                    &policy(&format!("fixed-window limit={} window=1s", n % 300 + 1)),
+                )
+                .unwrap();
+        }
+        if n % 11 == 0 {
+            limiter.clear_override(&(n % 50));
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    for w in workers {
+        assert!(w.join().unwrap() > 0);
+    }
+    // The last default: 2000 % 400 + 1.
+    assert_eq!(limiter.check(&1_000_000).limit(), 1);
+}

@@ -417,7 +417,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         if meta.is_dir() {
             return Err(format!("cannot read {}: not a regular file", args.trace.display()));
         }
-        (Box::new(file), meta.is_file().then(|| meta.len()))
+        (Box::new(file), meta.is_file().then_some(meta.len()))
     };
     let regular = size.is_some();
     let tee = Tee::new_if(input, !regular);

@@ -231,6 +231,21 @@ impl Algorithm {
     }
 }
 
+/// The state under `to` of a key whose state under `from` is `word` at `now`: what the key
+/// consumed under `from` (its limit less what remains, in whole units: rounded against the key)
+/// taken from a fresh state of `to` at `now`, at most `to`'s limit. A key that consumed nothing
+/// is fresh. Time phases (a window, a fill schedule) restart at `now`.
+pub(crate) fn convert(from: &Algorithm, to: &Algorithm, word: u64, now: u64) -> u64 {
+    let state = from.probe(word, now);
+    let consumed = state.limit().saturating_sub(state.remaining());
+    if consumed == 0 {
+        return 0;
+    }
+    let cost = consumed.min(to.probe(0, now).limit()).min(u64::from(u32::MAX)) as u32;
+    // A fresh state admits any cost up to the limit.
+    to.decide(0, now, cost).1.unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

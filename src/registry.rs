@@ -1,0 +1,385 @@
+//! The policies of one keyed limiter: the default, the per-key overrides, and the slots a key's
+//! stored state names its policy by.
+//!
+//! # Slots and the arena
+//!
+//! A key's slot in the table stores its policy as an 8-bit *slot* index (0..=254). A slot maps to
+//! an entry of a grow-only *arena* of policies: entries are immutable and live as long as the
+//! limiter, so a decision that read a slot's policy can use it however long it is delayed (no
+//! reference is ever invalidated: the whole registry is safe code, with no lock on the hot path).
+//! The arena holds each distinct policy once: a limiter that switches between a few policies
+//! keeps a few entries, however many times it switches.
+//!
+//! A slot's word is the arena position, with [`RETIRED`] set once neither the default nor an
+//! override uses it: a decision on a key stored under a retired slot converts the key to its
+//! current policy first ([`crate::algorithms::convert`]: it keeps what the key consumed), reading
+//! the retired slot's policy for the conversion.
+//!
+//! # Reusing slots
+//!
+//! When a policy needs a slot and all 255 are taken, the retired ones are reclaimed: every key
+//! still stored under a retired slot is converted (a sweep of the table, each shard under its
+//! lock), and only then are the slots freed and reassigned. Nothing can store a key under a
+//! retired slot after the sweep has passed its shard: an insertion or conversion resolves the
+//! key's slot, takes the shard lock, and checks under it that the slot's word is still the one it
+//! resolved ([`Policies::still`]); a retired or reassigned slot's word differs. A decision that
+//! found a key under the old slot before the sweep converted it fails its compare-exchange or its
+//! re-validation of the key word (the conversion changes both) and looks the key up again.
+//!
+//! So at most 255 distinct policies are *in use* at once (the default and the overrides); over
+//! the limiter's life there is no limit but memory, a few hundred bytes a distinct policy.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::algorithms::Algorithm;
+use crate::policy::{Policy, PolicyError};
+use crate::table::MAX_POLICIES;
+
+/// A slot no policy was given (or one freed by a sweep).
+const FREE: u32 = u32::MAX;
+/// Set in a slot's word once no new key may take it.
+const RETIRED: u32 = 1 << 31;
+
+/// What the key tables need to know of the limiter's policies.
+pub(crate) trait Policies {
+    /// The policy behind slot `idx`, or `None` if the slot is retired (the key must move to its
+    /// current policy) or free.
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm>;
+    /// The policy behind slot `idx` even if retired: what a key stored under it is converted from.
+    fn previous(&self, idx: u8) -> Option<&Algorithm>;
+    /// The slot a key with this fingerprint takes now, and the slot's word to check under the
+    /// shard lock with [`still`](Self::still).
+    fn resolve(&self, fp: u64) -> (u8, u32);
+    /// `true` if slot `idx` still has the word `resolve` gave: it may be stored in a key.
+    fn still(&self, idx: u8, word: u32) -> bool;
+}
+
+/// Chunk `c` of the arena holds `FIRST << c` entries: positions from `FIRST * (2^c - 1)`.
+const FIRST: u32 = 8;
+const CHUNKS: usize = 28;
+
+/// Grow-only storage of policies, addressed by position.
+struct Arena {
+    chunks: [OnceLock<Box<[OnceLock<Policy>]>>; CHUNKS],
+}
+
+impl Arena {
+    #[inline]
+    fn locate(pos: u32) -> (usize, usize) {
+        let chunk = (pos / FIRST + 1).ilog2();
+        let offset = pos - FIRST * ((1 << chunk) - 1);
+        (chunk as usize, offset as usize)
+    }
+
+    #[inline]
+    fn get(&self, pos: u32) -> Option<&Policy> {
+        let (chunk, offset) = Self::locate(pos);
+        self.chunks.get(chunk)?.get()?.get(offset)?.get()
+    }
+
+    /// Store `policy` at `pos` (the next free position; under the admin lock).
+    fn set(&self, pos: u32, policy: Policy) -> bool {
+        let (chunk, offset) = Self::locate(pos);
+        let Some(cell) = self.chunks.get(chunk) else { return false };
+        let entries = cell.get_or_init(|| (0..FIRST << chunk).map(|_| OnceLock::new()).collect());
+        entries[offset].set(policy).is_ok()
+    }
+}
+
+pub(crate) struct Registry {
+    /// Slot → arena position, with [`RETIRED`]; [`FREE`] if unassigned. Slot 255 is never used
+    /// (it would make the table's `TOMBSTONE` a key word).
+    slots: Box<[AtomicU32; 256]>,
+    arena: Arena,
+    default: AtomicU8,
+    has_overrides: AtomicBool,
+    admin: Mutex<Admin>,
+}
+
+/// What a slot serves. The default's slot serves it alone: when the default changes, every key
+/// under its slot must move, including keys whose new policy equals an override's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Default,
+    Override,
+}
+
+struct Admin {
+    overrides: HashMap<u64, u8>,
+    roles: [Option<Role>; 256],
+    /// Arena positions in use, and each distinct policy's (by its canonical text).
+    arena_len: u32,
+    positions: HashMap<String, u32>,
+    log_kind: bool,
+}
+
+fn is_log(policy: &Policy) -> bool {
+    matches!(policy.algorithm, Algorithm::Log(_))
+}
+
+/// The registry as seen by a sweep, which runs under the admin lock: resolving reads the
+/// overrides it already holds.
+pub(crate) struct Locked<'a> {
+    registry: &'a Registry,
+    admin: &'a Admin,
+}
+
+impl Policies for Locked<'_> {
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        self.registry.algorithm(idx)
+    }
+    fn previous(&self, idx: u8) -> Option<&Algorithm> {
+        self.registry.previous(idx)
+    }
+    fn resolve(&self, fp: u64) -> (u8, u32) {
+        let idx = self.admin.overrides.get(&fp).copied();
+        let idx = idx.unwrap_or_else(|| self.registry.default.load(Ordering::Acquire));
+        (idx, self.registry.slots[usize::from(idx)].load(Ordering::Acquire))
+    }
+    fn still(&self, idx: u8, word: u32) -> bool {
+        self.registry.still(idx, word)
+    }
+}
+
+/// What a policy change needs of the key table: convert every key stored under a retired slot
+/// to its current policy (`Table::sweep`).
+pub(crate) type Sweep<'a> = dyn Fn(&Locked<'_>) + 'a;
+
+impl Registry {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let registry = Registry {
+            slots: Box::new(std::array::from_fn(|_| AtomicU32::new(FREE))),
+            arena: Arena { chunks: std::array::from_fn(|_| OnceLock::new()) },
+            default: AtomicU8::new(0),
+            has_overrides: AtomicBool::new(false),
+            admin: Mutex::new(Admin {
+                overrides: HashMap::new(),
+                roles: [None; 256],
+                arena_len: 0,
+                positions: HashMap::new(),
+                log_kind: is_log(policy),
+            }),
+        };
+        let mut admin = registry.admin();
+        let pos = registry.position(&mut admin, policy).expect("an empty arena has room");
+        registry.slots[0].store(pos, Ordering::Release);
+        admin.roles[0] = Some(Role::Default);
+        drop(admin);
+        registry
+    }
+
+    fn admin(&self) -> MutexGuard<'_, Admin> {
+        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The policy of slot `idx` (retired or not).
+    pub(crate) fn policy(&self, idx: u8) -> &Policy {
+        let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
+        self.arena.get(word & !RETIRED).expect("an assigned slot")
+    }
+
+    pub(crate) fn default_policy(&self) -> &Policy {
+        self.policy(self.default.load(Ordering::Acquire))
+    }
+
+    /// The arena position of `policy`, storing it if it is new.
+    fn position(&self, admin: &mut Admin, policy: &Policy) -> Option<u32> {
+        let text = policy.to_string();
+        if let Some(&pos) = admin.positions.get(&text) {
+            return Some(pos);
+        }
+        let pos = admin.arena_len;
+        if pos & RETIRED != 0 || !self.arena.set(pos, policy.clone()) {
+            return None;
+        }
+        admin.arena_len += 1;
+        admin.positions.insert(text, pos);
+        Some(pos)
+    }
+
+    /// The slot of `policy`: a live one that has it, a retired one revived, a free one, or one
+    /// freed by sweeping the table of retired slots.
+    fn register(
+        &self,
+        admin: &mut Admin,
+        policy: &Policy,
+        role: Role,
+        sweep: &Sweep<'_>,
+    ) -> Result<u8, PolicyError> {
+        if is_log(policy) != admin.log_kind {
+            return Err(PolicyError::new(
+                policy.to_string(),
+                "a policy of the same kind as the limiter's (a sliding log cannot replace a \
+                 one-word algorithm in a keyed limiter, nor the reverse)",
+            ));
+        }
+        let too_many = || {
+            PolicyError::new(
+                policy.to_string(),
+                "at most 255 distinct policies in use at once (the default and the overrides)",
+            )
+        };
+        let pos = self.position(admin, policy).ok_or_else(too_many)?;
+        let words: Vec<u32> =
+            (0..MAX_POLICIES).map(|i| self.slots[i].load(Ordering::Acquire)).collect();
+        // Live or retired with this policy in this role: its keys hold this policy's states.
+        let same = |i: usize| {
+            words[i] != FREE && words[i] & !RETIRED == pos && admin.roles[i] == Some(role)
+        };
+        if let Some(i) = (0..MAX_POLICIES).find(|&i| same(i)) {
+            self.slots[i].store(pos, Ordering::Release);
+            return Ok(i as u8);
+        }
+        let free = match words.iter().position(|&w| w == FREE) {
+            Some(i) => i,
+            None => {
+                if !words.iter().any(|&w| w & RETIRED != 0) {
+                    return Err(too_many());
+                }
+                sweep(&Locked { registry: self, admin });
+                let mut first = None;
+                for (i, &w) in words.iter().enumerate() {
+                    if w & RETIRED != 0 {
+                        self.slots[i].store(FREE, Ordering::Release);
+                        admin.roles[i] = None;
+                        first = first.or(Some(i));
+                    }
+                }
+                first.expect("a retired slot")
+            }
+        };
+        self.slots[free].store(pos, Ordering::Release);
+        admin.roles[free] = Some(role);
+        Ok(free as u8)
+    }
+
+    /// Retire slot `idx` if neither the default nor an override uses it.
+    fn retire_unused(&self, admin: &Admin, idx: u8) {
+        if idx != self.default.load(Ordering::Relaxed)
+            && !admin.overrides.values().any(|&i| i == idx)
+        {
+            self.slots[usize::from(idx)].fetch_or(RETIRED, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn clear_overrides(&self) {
+        let mut admin = self.admin();
+        let idxs: Vec<u8> = admin.overrides.drain().map(|(_, idx)| idx).collect();
+        self.has_overrides.store(false, Ordering::Release);
+        for idx in idxs {
+            self.retire_unused(&admin, idx);
+        }
+    }
+
+    pub(crate) fn set_default(
+        &self,
+        policy: &Policy,
+        sweep: &Sweep<'_>,
+    ) -> Result<(), PolicyError> {
+        let mut admin = self.admin();
+        let idx = self.register(&mut admin, policy, Role::Default, sweep)?;
+        let old = self.default.swap(idx, Ordering::AcqRel);
+        if old != idx {
+            self.retire_unused(&admin, old);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_override(
+        &self,
+        fp: u64,
+        policy: Option<&Policy>,
+        sweep: &Sweep<'_>,
+    ) -> Result<(), PolicyError> {
+        let mut admin = self.admin();
+        let old = match policy {
+            Some(policy) => {
+                let idx = self.register(&mut admin, policy, Role::Override, sweep)?;
+                admin.overrides.insert(fp, idx).filter(|&old| old != idx)
+            }
+            None => admin.overrides.remove(&fp),
+        };
+        self.has_overrides.store(!admin.overrides.is_empty(), Ordering::Release);
+        if let Some(old) = old {
+            self.retire_unused(&admin, old);
+        }
+        Ok(())
+    }
+
+    /// Slots assigned now (live or retired).
+    #[cfg(test)]
+    fn assigned(&self) -> usize {
+        self.slots.iter().filter(|s| s.load(Ordering::Relaxed) != FREE).count()
+    }
+}
+
+impl Policies for Registry {
+    #[inline]
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        // Acquire: pairs with the Release of the slot's assignment, after its arena entry was
+        // set. A stale live word decides once more under the policy the key was stored with, as
+        // if the change had come a moment later.
+        let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
+        if word & RETIRED != 0 {
+            return None;
+        }
+        self.arena.get(word).map(|p| &p.algorithm)
+    }
+
+    fn previous(&self, idx: u8) -> Option<&Algorithm> {
+        let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
+        self.arena.get(word & !RETIRED).map(|p| &p.algorithm)
+    }
+
+    fn resolve(&self, fp: u64) -> (u8, u32) {
+        let idx = if self.has_overrides.load(Ordering::Acquire) {
+            self.admin().overrides.get(&fp).copied()
+        } else {
+            None
+        };
+        let idx = idx.unwrap_or_else(|| self.default.load(Ordering::Acquire));
+        (idx, self.slots[usize::from(idx)].load(Ordering::Acquire))
+    }
+
+    #[inline]
+    fn still(&self, idx: u8, word: u32) -> bool {
+        word & RETIRED == 0 && self.slots[usize::from(idx)].load(Ordering::Acquire) == word
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_positions_cover_every_chunk() {
+        let mut expected = 0usize;
+        for chunk in 0..4u32 {
+            for offset in 0..(FIRST << chunk) {
+                assert_eq!(Arena::locate(expected as u32), (chunk as usize, offset as usize));
+                expected += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn slots_are_reused_after_a_sweep() {
+        let p = |n: u32| format!("fixed-window limit={n} window=1s").parse::<Policy>().unwrap();
+        let registry = Registry::new(&p(1));
+        let swept = std::cell::Cell::new(0);
+        let sweep = |_: &Locked<'_>| swept.set(swept.get() + 1);
+        for n in 2..=1000 {
+            registry.set_default(&p(n), &sweep).unwrap();
+            assert_eq!(registry.default_policy(), &p(n));
+        }
+        // One slot in use; every 254 changes, one sweep frees the retired ones.
+        assert!(swept.get() >= 3 && swept.get() <= 4, "{}", swept.get());
+        assert!(registry.assigned() <= MAX_POLICIES);
+        // Switching back to an earlier policy revives its entry: the arena does not grow.
+        let len = registry.admin().arena_len;
+        registry.set_default(&p(7), &sweep).unwrap();
+        assert_eq!(registry.admin().arena_len, len);
+    }
+}
