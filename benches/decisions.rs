@@ -5,8 +5,9 @@
 //! and 10M keys next to governor's keyed limiter and a dependent DRAM pointer chase over the same
 //! working set); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
 //! distinct keys in and out of cache, the in-cache keys again in a sparse table, and on one hot
-//! key, allowed and denied, and governor on the same distinct keys). See benches/README.md for the
-//! commands and the recorded results.
+//! key, allowed and denied, and governor on the same distinct keys); `flood` (a new key into a
+//! full table, sliding log and one-word). See benches/README.md for the commands and the recorded
+//! results.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -308,5 +309,34 @@ fn contention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, baseline, direct, keyed, contention);
+/// A flood of new keys into a full table (an attacker rotating addresses): the time a new key
+/// costs once every slot is taken, for the sliding log (a log per key, a lock per shard) and the
+/// one-word table (GCRA), at 10,000 and 1,000,000 keys of capacity. Every key is live (a policy
+/// of one request an hour), so each new key evicts one.
+fn flood(c: &mut Criterion) {
+    let mut g = c.benchmark_group("flood");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    for (name, text) in [
+        ("sliding_log", "sliding-log limit=10 window=1h"),
+        ("gcra", "token-bucket capacity=1 rate=1/h"),
+    ] {
+        for capacity in [10_000u64, 1_000_000] {
+            let limiter = KeyedLimiter::<u64>::new(&policy(text), capacity as usize);
+            // Fill it: every slot live.
+            for k in 0..2 * capacity {
+                limiter.check(&k);
+            }
+            let mut next = 2 * capacity;
+            g.bench_function(BenchmarkId::new(name, capacity), |b| {
+                b.iter(|| {
+                    next += 1;
+                    black_box(limiter.check(&next))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, baseline, direct, keyed, contention, flood);
 criterion_main!(benches);

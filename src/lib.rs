@@ -26,13 +26,19 @@
 //!
 //! # Guarantees
 //!
-//! - **Exact.** Rates are exact rationals, never floats; decisions follow `SEMANTICS.md` to the
+//! - **Exact.** Rates are exact rationals, never floats; decisions follow `docs/SEMANTICS.md` to the
 //!   nanosecond, and are tested against a naive reference model in rational arithmetic.
 //! - **Atomic.** Concurrent decisions on one key are linearizable: the state word is updated by
 //!   compare-exchange from the value the decision was computed from, so nothing is lost and never
 //!   more is admitted than the policy allows.
 //! - **Rejections are read-only.** A rejected request changes no state and writes no memory.
-//! - **Safe with bad clocks.** A reading earlier than the state's time never mints capacity.
+//! - **Safe with bad clocks.** A limiter decides at the running maximum of its clock's readings:
+//!   a clock stepped back by any amount never mints capacity (time stands still until it catches
+//!   up). See [`Clock::MONOTONIC`].
+//! - **Answers a proxy can act on.** A [`Decision`] says what remains, when more quota comes
+//!   ([`Decision::replenish_after_ns`]), when the key is full again, how long to wait after a
+//!   rejection, and tells a full key table ([`Outcome::TableFull`]) from an over-limit request;
+//!   it renders as `Retry-After` and the IETF `RateLimit` / `RateLimit-Policy` fields.
 //! - **No panics on input.** Malformed policies are errors naming the token at fault; absurd
 //!   parameters that the packed state cannot hold exactly are rejected at parse time.
 //!
@@ -72,7 +78,9 @@
 //! - Its capacity is fixed; beyond it, live keys are evicted (counted) or refused
 //!   ([`OnFull::Refuse`]), after every reclaimable key has been reclaimed.
 //! - The sliding log locks a mutex (per limiter, or per shard of the keyed table): its state is a
-//!   list, not one word.
+//!   list, not one word. Its memory grows with use, bounded by the capacity and the limit, and is
+//!   reported by [`KeyedLimiter::memory_bytes`].
+//! - The contract is `docs/SEMANTICS.md` in the repository.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 

@@ -1,4 +1,4 @@
-//! The policy grammar of `SEMANTICS.md`: `ALGORITHM key=value ...`, parsed with [`FromStr`] and
+//! The policy grammar of `docs/SEMANTICS.md`: `ALGORITHM key=value ...`, parsed with [`FromStr`] and
 //! printed canonically with [`Display`](fmt::Display).
 
 use std::fmt;

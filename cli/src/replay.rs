@@ -1,4 +1,4 @@
-//! `ratewell replay`: the contract of `SEMANTICS.md`.
+//! `ratewell replay`: the contract of `docs/SEMANTICS.md`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,7 +14,7 @@ use crate::spool::{self, SEED, Tee, TempFile};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// The policy, e.g. 'token-bucket capacity=10 rate=5/s' (see SEMANTICS.md).
+    /// The policy, e.g. 'token-bucket capacity=10 rate=5/s' (see docs/SEMANTICS.md).
     #[arg(long)]
     policy: String,
     /// Print admitted/rejected per key and in total instead of one line per request (with the
@@ -22,7 +22,7 @@ pub(crate) struct Args {
     #[arg(long)]
     summary: bool,
     /// `contract`: `1`/`0` per request (`1,<delay_ns>` for a delaying leaky bucket), exactly as
-    /// SEMANTICS.md says. `full`: a CSV with a header and every field of each decision:
+    /// docs/SEMANTICS.md says. `full`: a CSV with a header and every field of each decision:
     /// `admitted,delay_ns,remaining,retry_after_ns,reset_after_ns` (`retry_after_ns` is empty for
     /// an admitted request and for one that can never pass).
     #[arg(long, value_enum, default_value_t = Format::Contract)]

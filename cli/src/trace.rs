@@ -1,4 +1,4 @@
-//! The trace format of `SEMANTICS.md`: `t_ns,key[,cost]` per line.
+//! The trace format of `docs/SEMANTICS.md`: `t_ns,key[,cost]` per line.
 //!
 //! Public for the fuzz target of the trace reader; not a stable API.
 

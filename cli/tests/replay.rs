@@ -1,5 +1,5 @@
 //! `ratewell replay` on hand-worked traces, one per algorithm: each expected line is derived in the
-//! comment beside it from SEMANTICS.md, not read off the implementation.
+//! comment beside it from docs/SEMANTICS.md, not read off the implementation.
 
 mod common;
 

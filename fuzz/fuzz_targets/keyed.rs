@@ -61,7 +61,7 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
                 let needs_slot = !peek && e.outcome == ratewell::Outcome::Admitted;
                 if needs_slot && models.len() >= 8 {
                     let soonest = models.values().map(|m| common::reset_after(m, t)).min().unwrap();
-                    Expected { outcome: ratewell::Outcome::Rejected, limit: e.limit, remaining: 0, reset_after: soonest, retry_after: Some(soonest), delay: 0 }
+                    Expected { outcome: ratewell::Outcome::TableFull, limit: e.limit, remaining: 0, reset_after: soonest, retry_after: Some(soonest), delay: 0, replenish: Some(soonest) }
                 } else {
                     if needs_slot {
                         models.insert(key, m);

@@ -15,9 +15,10 @@
 //! - a reading of the clock earlier than the time the state reflects (TSC skew between cores, a
 //!   clock change) is replaced by that time: the state never moves backwards and no capacity is
 //!   minted. This holds for readings earlier by less than the idle horizon: a field read modulo
-//!   `2^bits` cannot tell a reading earlier by more than that from a later one. The crate's own
-//!   clocks are monotonic (quanta's TSC scaling clamps a core behind another to the epoch), so only
-//!   a [`ManualClock`](crate::ManualClock) set decades back can get there.
+//!   `2^bits` cannot tell a reading earlier by more than that from a later one. The limiters never
+//!   pass such a reading: for a clock that is not [`Clock::MONOTONIC`](crate::Clock::MONOTONIC)
+//!   they decide at the running maximum of its readings, and the monotonic clocks' skew is
+//!   microseconds.
 
 pub(crate) mod discrete;
 pub(crate) mod fixed;

@@ -1,4 +1,4 @@
-//! A naive reference model of every algorithm, written from SEMANTICS.md alone: unpacked state,
+//! A naive reference model of every algorithm, written from docs/SEMANTICS.md alone: unpacked state,
 //! absolute time in u128/i128, rates as unreduced integer ratios. It knows nothing of the packed
 //! layouts. `remaining`, `reset_after` and `retry_after` are derived by search from the model's own
 //! admission rule, using their definitions:
@@ -200,7 +200,7 @@ impl Model for Leaky {
     }
 }
 
-/// Leaky bucket with nginx's own arithmetic (compat=nginx), from SEMANTICS.md.
+/// Leaky bucket with nginx's own arithmetic (compat=nginx), from docs/SEMANTICS.md.
 #[derive(Clone, Debug)]
 pub struct Nginx {
     /// milli-requests per second.
