@@ -45,23 +45,25 @@ pub enum Outcome {
 /// ```
 #[derive(Clone, Copy)]
 pub struct Decision {
+    /// The limit in the low bits ([`LIMIT_MASK`]: limits are at most 2^32). With [`SCALED`] set,
+    /// the payload of `per_outcome` is the divisor of `remaining` and bits [`SCALE_SHIFT`]..63
+    /// hold the scale of the replenish time (see `per_outcome`).
     limit: u64,
     /// `remaining * per` plus less than `per`: the division is left to [`Decision::remaining`],
     /// so that a decision whose remaining count nobody reads does not pay for it (a 64-bit
     /// division is the dearest instruction of a token bucket's decision).
     remaining: u64,
-    /// The outcome in the top two bits ([`OUTCOME_SHIFT`]), the divisor of `remaining` (at least
-    /// 1, below 2^62) in the rest. One word, not an enum and a word: a decision is six words with
-    /// no padding, which the compiler keeps in registers and copies as six moves.
+    /// The outcome in the top two bits ([`OUTCOME_SHIFT`]), a payload in the rest: with
+    /// [`SCALED`] (the buckets), the divisor `per` of `remaining` (at least 1, below 2^62), the
+    /// next whole unit then coming in `per - remaining % per` units of `1 / scale` ns, computed
+    /// when read like `remaining`; else the replenish time in ns itself (saturated at 2^62 - 1; 0:
+    /// none, the key is full), `remaining` being whole units. One word, not an enum and two
+    /// words: a decision is five words with no padding, which the compiler returns and copies as
+    /// five moves (a sixth costs a copy through the stack: measured, 20 instructions a decision).
     per_outcome: u64,
     reset_after: u64,
     /// Retry time for `Rejected` and `TableFull`, delay for `Admitted`, 0 for `Impossible`.
     wait: u64,
-    /// When more quota is made available ([`Decision::replenish_after_ns`]): with
-    /// [`SCALED`] set, the time is the remainder of `remaining / per` to the next whole unit,
-    /// `per - remaining % per`, in units of `1 / (next & !SCALED)` ns (the buckets', computed
-    /// when read, like `remaining`); else nanoseconds, 0 for never (the key is full).
-    next: u64,
 }
 
 const OUTCOME_SHIFT: u32 = 62;
@@ -70,52 +72,61 @@ const ADMITTED: u64 = 0;
 const REJECTED: u64 = 1 << OUTCOME_SHIFT;
 const IMPOSSIBLE: u64 = 2 << OUTCOME_SHIFT;
 const TABLE_FULL: u64 = 3 << OUTCOME_SHIFT;
-const SCALED: u64 = 1 << 63;
+/// In `limit`: `remaining` is divided by `per` and the replenish time scaled.
+pub(crate) const SCALED: u64 = 1 << 63;
+/// In `limit`: where the scale starts (30 bits: the algorithms' scales are at most 2^17).
+pub(crate) const SCALE_SHIFT: u32 = 33;
+const LIMIT_MASK: u64 = (1 << SCALE_SHIFT) - 1;
 
 impl Decision {
     #[inline]
     pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
-        let per_outcome = ADMITTED | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: delay, next: 0 }
+        Decision { limit, remaining, per_outcome: ADMITTED, reset_after, wait: delay }
     }
 
     #[inline]
     pub(crate) fn rejected(limit: u64, remaining: u64, reset_after: u64, retry_after: u64) -> Self {
-        let per_outcome = REJECTED | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: retry_after, next: 0 }
+        Decision { limit, remaining, per_outcome: REJECTED, reset_after, wait: retry_after }
     }
 
     #[inline]
     pub(crate) fn impossible(limit: u64, remaining: u64, reset_after: u64) -> Self {
-        let per_outcome = IMPOSSIBLE | 1;
-        Decision { limit, remaining, per_outcome, reset_after, wait: 0, next: 0 }
+        Decision { limit, remaining, per_outcome: IMPOSSIBLE, reset_after, wait: 0 }
     }
 
     /// A new key refused for want of a slot; a slot frees up after `retry_after`.
     pub(crate) fn table_full(limit: u64, retry_after: u64) -> Self {
-        let per_outcome = TABLE_FULL | 1;
+        let next = retry_after.min(PER_MASK);
         Decision {
             limit,
             remaining: 0,
-            per_outcome,
+            per_outcome: TABLE_FULL | next,
             reset_after: retry_after,
             wait: retry_after,
-            next: retry_after,
         }
     }
 
-    /// The same decision, more quota coming in `ns` (0: none, the key is full).
+    /// The same decision (whole units remaining), more quota coming in `ns` (0: none, the key is
+    /// full).
     #[inline]
     pub(crate) fn replenish(mut self, ns: u64) -> Self {
-        self.next = ns;
+        self.per_outcome = (self.per_outcome & !PER_MASK) | ns.min(PER_MASK);
         self
     }
 
-    /// The same decision, the next whole unit of `remaining` coming when its remainder has
-    /// accrued, at `scale` units a nanosecond (`1 <= scale < 2^63`); none when the key is full.
+    /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'
+    /// per-token costs are at most 2^61, GCRA's in half units), divided when read, and the next
+    /// whole unit coming when the remainder has accrued at `scale` units a nanosecond. `tag` is
+    /// `SCALED | scale << SCALE_SHIFT` (`1 <= scale < 2^30`), which the algorithms keep computed.
     #[inline]
-    pub(crate) fn replenish_scaled(mut self, scale: u64) -> Self {
-        self.next = SCALED | scale;
+    pub(crate) fn remaining_over(mut self, units: u64, per: u64, tag: u64) -> Self {
+        // Every caller's `per` is a per-token cost that its constructor checked (at least 1 and
+        // at most 2^61): no clamping on the hot path.
+        debug_assert!((1..=PER_MASK).contains(&per));
+        debug_assert!(tag & SCALED != 0 && (tag & !SCALED) >> SCALE_SHIFT >= 1);
+        self.remaining = units;
+        self.per_outcome = (self.per_outcome & !PER_MASK) | per;
+        self.limit |= tag;
         self
     }
 
@@ -123,33 +134,21 @@ impl Decision {
     /// reports (`state` is a decision that took nothing: an impossible probe).
     pub(crate) fn with_state_of(self, state: Decision) -> Self {
         Decision {
-            per_outcome: (self.per_outcome & !PER_MASK) | state.per(),
+            per_outcome: (self.per_outcome & !PER_MASK) | (state.per_outcome & PER_MASK),
             wait: self.wait,
             ..state
         }
     }
 
-    /// The same decision with `floor(units / per)` remaining (`1 <= per < 2^62`; the algorithms'
-    /// per-token costs are at most 2^61, GCRA's in half units), divided when read.
-    #[inline]
-    pub(crate) fn remaining_over(mut self, units: u64, per: u64) -> Self {
-        // Every caller's `per` is a per-token cost that its constructor checked (at least 1 and
-        // at most 2^61): no clamping on the hot path.
-        debug_assert!((1..=PER_MASK).contains(&per));
-        self.remaining = units;
-        self.per_outcome = (self.per_outcome & !PER_MASK) | per;
-        self
-    }
-
     #[inline]
     fn per(&self) -> u64 {
-        self.per_outcome & PER_MASK
+        if self.limit & SCALED != 0 { (self.per_outcome & PER_MASK).max(1) } else { 1 }
     }
 
     /// The fields as they read: what equality, hashing and `Debug` look at.
     fn fields(&self) -> (Outcome, u64, u64, u64, u64, Option<u64>) {
         let next = self.replenish_after_ns();
-        (self.outcome(), self.limit, self.remaining(), self.reset_after, self.wait, next)
+        (self.outcome(), self.limit(), self.remaining(), self.reset_after, self.wait, next)
     }
 
     /// Admitted, rejected for now, impossible, or refused for want of a table slot.
@@ -175,7 +174,7 @@ impl Decision {
     /// The most the policy admits at once: the bucket capacity, the window limit, or a leaky
     /// bucket's `burst + 1`.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit & LIMIT_MASK
     }
 
     /// `true` if a keyed limiter refused the key for want of a slot ([`Outcome::TableFull`]).
@@ -187,8 +186,7 @@ impl Decision {
     /// For a peek, which takes nothing, the largest cost admitted now.
     pub fn remaining(&self) -> u64 {
         let per = self.per();
-        // `per` is at least 1 by construction; `<= 1` keeps a broken invariant from dividing by 0.
-        if per <= 1 { self.remaining } else { self.remaining / per }
+        if per == 1 { self.remaining } else { self.remaining / per }
     }
 
     /// Nanoseconds until the key is back to full (indistinguishable from a fresh key) if nothing
@@ -208,16 +206,18 @@ impl Decision {
     /// of draft-ietf-httpapi-ratelimit-headers; on a rejection it is never later than
     /// [`retry_after_ns`](Self::retry_after_ns).
     pub fn replenish_after_ns(&self) -> Option<u64> {
-        let ns = if self.next & SCALED != 0 {
-            if self.remaining() >= self.limit {
+        let ns = if self.limit & SCALED != 0 {
+            if self.remaining() >= self.limit() {
                 return None;
             }
-            let per = self.per().max(1);
-            (per - self.remaining % per).div_ceil((self.next & !SCALED).max(1))
-        } else if self.next == 0 {
-            return None;
+            let per = self.per();
+            let scale = ((self.limit & !SCALED) >> SCALE_SHIFT).max(1);
+            (per - self.remaining % per).div_ceil(scale)
         } else {
-            self.next
+            match self.per_outcome & PER_MASK {
+                0 => return None,
+                ns => ns,
+            }
         };
         Some(match self.retry_after_ns() {
             Some(retry) => ns.min(retry),
@@ -273,7 +273,7 @@ impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decision")
             .field("outcome", &self.outcome())
-            .field("limit", &self.limit)
+            .field("limit", &self.limit())
             .field("remaining", &self.remaining())
             .field("reset_after", &self.reset_after)
             .field("wait", &self.wait)
@@ -287,25 +287,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn six_words_and_every_outcome_reads_back() {
+    fn five_words_and_every_outcome_reads_back() {
         // The layout is what keeps a decision in registers (see `per_outcome`).
-        assert_eq!(std::mem::size_of::<Decision>(), 48);
+        assert_eq!(std::mem::size_of::<Decision>(), 40);
+        let tag = |scale: u64| SCALED | scale << SCALE_SHIFT;
         let per = PER_MASK; // the largest divisor must not leak into the outcome bits
-        let a = Decision::admitted(5, 0, 7, 3).remaining_over(3 * per + 1, per);
+        let a = Decision::admitted(5, 0, 7, 3).remaining_over(3 * per + 1, per, tag(1));
         assert_eq!(
-            (a.outcome(), a.remaining(), a.delay_ns(), a.retry_after_ns()),
-            (Outcome::Admitted, 3, 3, None)
+            (a.outcome(), a.remaining(), a.delay_ns(), a.retry_after_ns(), a.limit()),
+            (Outcome::Admitted, 3, 3, None, 5)
         );
-        let r = Decision::rejected(5, 0, 7, 9).remaining_over(3, 2);
+        // 3 units of 1/2 ns: 1 whole remaining, the next in (2 - 1) / 2 ns, rounded up.
+        let r = Decision::rejected(5, 0, 7, 9).remaining_over(3, 2, tag(2));
         assert_eq!(
             (r.outcome(), r.remaining(), r.delay_ns(), r.retry_after_ns()),
             (Outcome::Rejected, 1, 0, Some(9))
         );
-        let i = Decision::impossible(5, 4, 7).remaining_over(4, 1);
+        assert_eq!(r.replenish_after_ns(), Some(1));
+        let i = Decision::impossible(5, 4, 7).replenish(11);
         assert_eq!(
             (i.outcome(), i.is_impossible(), i.is_admitted(), i.retry_after_ns()),
             (Outcome::Impossible, true, false, None)
         );
-        assert_eq!((i.limit(), i.reset_after_ns()), (5, 7));
+        assert_eq!((i.limit(), i.reset_after_ns(), i.replenish_after_ns()), (5, 7, Some(11)));
+        // A full key: nothing more to come.
+        let full = Decision::admitted(5, 5, 0, 0).remaining_over(10, 2, tag(1));
+        assert_eq!(full.replenish_after_ns(), None);
+        assert_eq!(Decision::admitted(5, 5, 0, 0).replenish_after_ns(), None);
+        let t = Decision::table_full(5, 30);
+        assert_eq!((t.outcome(), t.retry_after_ns(), t.replenish_after_ns()), (Outcome::TableFull, Some(30), Some(30)));
     }
 }

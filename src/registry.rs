@@ -56,18 +56,31 @@ pub(crate) trait Policies {
     fn still(&self, idx: u8, word: u32) -> bool;
 }
 
-/// Chunk `c` of the arena holds `FIRST << c` entries: positions from `FIRST * (2^c - 1)`.
+/// Positions below this are in the arena's first, inline array: a decision on them costs what
+/// an array of policies would (a limiter gets further only after 256 distinct policies).
+const INLINE: u32 = 256;
+/// Beyond: chunk `c` holds `FIRST << c` entries, from position `INLINE + FIRST * (2^c - 1)`.
 const FIRST: u32 = 8;
 const CHUNKS: usize = 28;
 
 /// Grow-only storage of policies, addressed by position.
 struct Arena {
+    first: Box<[OnceLock<Policy>; INLINE as usize]>,
     chunks: [OnceLock<Box<[OnceLock<Policy>]>>; CHUNKS],
 }
 
 impl Arena {
+    fn new() -> Self {
+        Arena {
+            first: Box::new(std::array::from_fn(|_| OnceLock::new())),
+            chunks: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// The chunk and offset of position `pos >= INLINE`.
     #[inline]
     fn locate(pos: u32) -> (usize, usize) {
+        let pos = pos - INLINE;
         let chunk = (pos / FIRST + 1).ilog2();
         let offset = pos - FIRST * ((1 << chunk) - 1);
         (chunk as usize, offset as usize)
@@ -75,12 +88,24 @@ impl Arena {
 
     #[inline]
     fn get(&self, pos: u32) -> Option<&Policy> {
+        match self.first.get(pos as usize) {
+            Some(cell) => cell.get(),
+            None => self.get_far(pos),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn get_far(&self, pos: u32) -> Option<&Policy> {
         let (chunk, offset) = Self::locate(pos);
         self.chunks.get(chunk)?.get()?.get(offset)?.get()
     }
 
     /// Store `policy` at `pos` (the next free position; under the admin lock).
     fn set(&self, pos: u32, policy: Policy) -> bool {
+        if let Some(cell) = self.first.get(pos as usize) {
+            return cell.set(policy).is_ok();
+        }
         let (chunk, offset) = Self::locate(pos);
         let Some(cell) = self.chunks.get(chunk) else { return false };
         let entries = cell.get_or_init(|| (0..FIRST << chunk).map(|_| OnceLock::new()).collect());
@@ -151,7 +176,7 @@ impl Registry {
     pub(crate) fn new(policy: &Policy) -> Self {
         let registry = Registry {
             slots: Box::new(std::array::from_fn(|_| AtomicU32::new(FREE))),
-            arena: Arena { chunks: std::array::from_fn(|_| OnceLock::new()) },
+            arena: Arena::new(),
             default: AtomicU8::new(0),
             has_overrides: AtomicBool::new(false),
             admin: Mutex::new(Admin {
@@ -355,12 +380,19 @@ mod tests {
 
     #[test]
     fn arena_positions_cover_every_chunk() {
-        let mut expected = 0usize;
+        let mut pos = INLINE;
         for chunk in 0..4u32 {
             for offset in 0..(FIRST << chunk) {
-                assert_eq!(Arena::locate(expected as u32), (chunk as usize, offset as usize));
-                expected += 1;
+                assert_eq!(Arena::locate(pos), (chunk as usize, offset as usize));
+                pos += 1;
             }
+        }
+        let arena = Arena::new();
+        let p: Policy = "fixed-window limit=1 window=1s".parse().unwrap();
+        for pos in [0, 255, 256, 263, 264, 10_000] {
+            assert!(arena.get(pos).is_none());
+            assert!(arena.set(pos, p.clone()));
+            assert_eq!(arena.get(pos), Some(&p));
         }
     }
 

@@ -35,7 +35,7 @@
 use std::num::NonZeroU64;
 
 use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid};
-use crate::decision::Decision;
+use crate::decision::{Decision, SCALE_SHIFT, SCALED};
 
 /// Largest `B * D'` (the debt of an empty bucket, in `1/N'` ns) a configuration may have.
 pub(crate) const MAX_DEBT: u128 = 1 << 60;
@@ -51,6 +51,8 @@ pub(crate) struct Gcra {
     d2: u64,
     /// `2B*D' + 1`: the largest `debt + 1` an admission may leave (`<= 2^61 + 1`).
     cap2_plus_one: u64,
+    /// The decision's tag for tokens counted in half units, `n2` a nanosecond.
+    tag: u64,
 }
 
 /// Reduce the rate `count per period_ns` to `T = d/n` ns in lowest terms.
@@ -109,7 +111,8 @@ impl Gcra {
             return invalid("capacity", "a count of at least 1");
         };
         // `n <= 2^16` (the horizon check) and `cap <= 2^60`: the doubled values fit.
-        Ok(Gcra { capacity, n2: 2 * n, d2: 2 * d, cap2_plus_one: 2 * cap + 1 })
+        let tag = SCALED | (2 * n) << SCALE_SHIFT;
+        Ok(Gcra { capacity, n2: 2 * n, d2: 2 * d, cap2_plus_one: 2 * cap + 1, tag })
     }
 
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
@@ -163,9 +166,7 @@ impl Gcra {
     fn tokens(&self, decision: Decision, debt_1: u64) -> Decision {
         // The next token is due when the remainder of the division has accrued, in half units:
         // `n2` a nanosecond.
-        decision
-            .remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2)
-            .replenish_scaled(self.n2)
+        decision.remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2, self.tag)
     }
 
     /// `x - 1` half units (`x` odd) in whole ns, rounded up.

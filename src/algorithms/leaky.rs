@@ -22,7 +22,7 @@
 
 use super::gcra::compile_period;
 use super::{Invalid, div_ceil, wrap_diff};
-use crate::decision::Decision;
+use crate::decision::{Decision, SCALE_SHIFT, SCALED};
 
 const OCCUPIED: u64 = 1 << 63;
 const X_BITS: u32 = 63;
@@ -37,6 +37,8 @@ pub(crate) struct Leaky {
     d: u64,
     /// `B * D'`: the most excess (in `1/N'` ns) the bucket holds.
     cap: u64,
+    /// The decision's tag for requests counted in `1/N'` ns, `n` a nanosecond.
+    tag: u64,
 }
 
 impl Leaky {
@@ -53,6 +55,7 @@ impl Leaky {
             n,
             d,
             cap: cap_plus_one - d,
+            tag: SCALED | n << SCALE_SHIFT,
         })
     }
 
@@ -97,8 +100,7 @@ impl Leaky {
             };
             let reset = self.to_ns(excess + self.d);
             let d = Decision::admitted(limit, 0, reset, delay)
-                .remaining_over(self.cap - excess, self.d)
-                .replenish_scaled(self.n);
+                .remaining_over(self.cap - excess, self.d, self.tag);
             (d, Some(word))
         } else {
             let retry = self.to_ns(excess - self.cap);
@@ -119,7 +121,7 @@ impl Leaky {
         // `backlog <= cap + d` but after an alias of the wrapped time (beyond the idle horizon).
         let units = (self.cap + self.d).saturating_sub(backlog);
         // The next request fits when the remainder has leaked, `n` units a nanosecond.
-        decision.remaining_over(units, self.d).replenish_scaled(self.n)
+        decision.remaining_over(units, self.d, self.tag)
     }
 
     #[inline]

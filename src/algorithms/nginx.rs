@@ -155,13 +155,24 @@ impl Nginx {
                 self.reset(&after, now),
                 (delay_ms as u64).saturating_mul(MS),
             );
-            (d.replenish(self.until_fits(&after, remaining + 1, now)), Some(new_word))
+            (d.replenish(self.until_next(excess_c, last, now)), Some(new_word))
         } else {
             let retry = self.until_fits(&st, cost, now);
             let next = self.until_fits(&st, remaining_now + 1, now);
             let d = Decision::rejected(limit, remaining_now, self.reset(&st, now), retry);
             (d.replenish(next), None)
         }
+    }
+
+    /// Nanoseconds from `now` until one more request fits after an admission left `excess`
+    /// (milli-requests) at millisecond `last`: `until_fits` with `cost = remaining + 1`, whose
+    /// need `excess + 1000 (remaining + 1) - bound` is `1000 - (bound - excess) mod 1000`, in
+    /// 64-bit arithmetic (`last` is below 2^63 / 10^6 ms, the wait below 10^9 ms).
+    #[inline]
+    fn until_next(&self, excess: u64, last: u64, now: u64) -> u64 {
+        let need = 1000 - (self.burst * 1000 - excess) % 1000;
+        let ms = (need * 1000).div_ceil(self.rate.max(1));
+        last.saturating_add(ms).saturating_mul(MS).saturating_sub(now).max(1)
     }
 
     /// Nanoseconds from `now` until a request of `cost` fits on the state `st`, at least 1; 0

@@ -138,6 +138,10 @@ impl Sliding {
         if p == 0 {
             return 0;
         }
+        // In 64 bits when the product fits (a 128-bit division is a call of ~50 instructions).
+        if let Some(product) = (a + 1).checked_mul(self.window) {
+            return self.window.saturating_sub((product - 1) / p);
+        }
         let w = u128::from(self.window);
         let span = ((u128::from(a) + 1) * w - 1) / u128::from(p);
         (w.saturating_sub(span)) as u64
