@@ -315,6 +315,9 @@ mod tests {
         assert_eq!(full.replenish_after_ns(), None);
         assert_eq!(Decision::admitted(5, 5, 0, 0).replenish_after_ns(), None);
         let t = Decision::table_full(5, 30);
-        assert_eq!((t.outcome(), t.retry_after_ns(), t.replenish_after_ns()), (Outcome::TableFull, Some(30), Some(30)));
+        assert_eq!(
+            (t.outcome(), t.retry_after_ns(), t.replenish_after_ns()),
+            (Outcome::TableFull, Some(30), Some(30))
+        );
     }
 }

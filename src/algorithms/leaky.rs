@@ -99,8 +99,11 @@ impl Leaky {
                 }
             };
             let reset = self.to_ns(excess + self.d);
-            let d = Decision::admitted(limit, 0, reset, delay)
-                .remaining_over(self.cap - excess, self.d, self.tag);
+            let d = Decision::admitted(limit, 0, reset, delay).remaining_over(
+                self.cap - excess,
+                self.d,
+                self.tag,
+            );
             (d, Some(word))
         } else {
             let retry = self.to_ns(excess - self.cap);
