@@ -65,14 +65,16 @@ const CHUNKS: usize = 28;
 
 /// Grow-only storage of policies, addressed by position.
 struct Arena {
-    first: Box<[OnceLock<Policy>; INLINE as usize]>,
+    /// `INLINE` entries (built on the heap: as an array value it would take 30 KiB of stack, more
+    /// than a loom model's thread has).
+    first: Box<[OnceLock<Policy>]>,
     chunks: [OnceLock<Box<[OnceLock<Policy>]>>; CHUNKS],
 }
 
 impl Arena {
     fn new() -> Self {
         Arena {
-            first: Box::new(std::array::from_fn(|_| OnceLock::new())),
+            first: (0..INLINE).map(|_| OnceLock::new()).collect(),
             chunks: std::array::from_fn(|_| OnceLock::new()),
         }
     }

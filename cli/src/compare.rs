@@ -460,7 +460,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                         l.check_n(&id, cost);
                     }
                 };
-                spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?
+                Some(spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?)
             }
             None => None,
         };

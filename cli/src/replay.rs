@@ -106,7 +106,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
                     l.check_n(key, cost);
                 };
-                spool::avoiding_capacity(&policy, trace, args.capacity, &mut check)?
+                Some(spool::avoiding_capacity(&policy, trace, args.capacity, &mut check)?)
             }
             None => None,
         };

@@ -100,24 +100,31 @@ fn evicts<K: std::hash::Hash + ?Sized>(
     Ok(Some(false))
 }
 
+/// Tables the search tries at most: 2^28 keys (4 GiB of slots), or 8 times the capacity asked
+/// for if that is more. A larger table could be allocated and still exhaust the machine's memory
+/// as it is filled.
+const SEARCH_MAX: usize = 1 << 28;
+
 /// The smallest of `2c, 4c, 8c, ...` (from the capacity `c` that evicted) at which a replay of
-/// `path` evicts no live key; `None` if none up to what can be allocated.
+/// `path` evicts no live key; `Err(max)` if none up to `max` keys does (or can be allocated).
 pub(crate) fn avoiding_capacity<K: std::hash::Hash + ?Sized>(
     policy: &Policy,
     path: &Path,
     capacity: usize,
     check: &mut Check<'_, K>,
-) -> Result<Option<usize>, String> {
+) -> Result<Result<usize, usize>, String> {
+    let max =
+        SEARCH_MAX.max(capacity.saturating_mul(8)).min(KeyedLimiter::<K>::MAX_CAPACITY as usize);
     let mut c = capacity.max(1);
     loop {
         c = match c.checked_mul(2) {
-            Some(c) if c as u64 <= KeyedLimiter::<K>::MAX_CAPACITY => c,
-            _ => return Ok(None),
+            Some(c) if c <= max => c,
+            _ => return Ok(Err(c.min(max))),
         };
         match evicts(policy, path, c, check)? {
             Some(true) => continue,
-            Some(false) => return Ok(Some(c)),
-            None => return Ok(None),
+            Some(false) => return Ok(Ok(c)),
+            None => return Ok(Err(c / 2)),
         }
     }
 }
@@ -127,13 +134,14 @@ pub(crate) fn eviction_note(
     what: &str,
     evictions: u64,
     capacity: u64,
-    avoiding: Option<usize>,
+    avoiding: Option<Result<usize, usize>>,
 ) -> String {
     let times = if evictions == 1 { "once" } else { "times" };
     let count = if evictions == 1 { String::new() } else { format!("{evictions} ") };
     let advice = match avoiding {
-        Some(c) => format!("--capacity {c} avoids it"),
-        None => "no capacity that can be allocated avoids it".into(),
+        Some(Ok(c)) => format!("--capacity {c} avoids it"),
+        Some(Err(max)) => format!("no --capacity up to {max} avoids it"),
+        None => "the trace could not be read again to find the capacity that avoids it".into(),
     };
     format!(
         "ratewell: {what}live keys were evicted {count}{times} from a table of {capacity} keys, \
