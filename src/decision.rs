@@ -173,6 +173,7 @@ impl Decision {
 
     /// The most the policy admits at once: the bucket capacity, the window limit, or a leaky
     /// bucket's `burst + 1`.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit & LIMIT_MASK
     }
@@ -184,6 +185,7 @@ impl Decision {
 
     /// The largest cost that would be admitted right after this decision, at the same instant.
     /// For a peek, which takes nothing, the largest cost admitted now.
+    #[inline]
     pub fn remaining(&self) -> u64 {
         let per = self.per();
         if per == 1 { self.remaining } else { self.remaining / per }

@@ -355,6 +355,7 @@ impl Policies for Registry {
         self.arena.get(word).map(|p| &p.algorithm)
     }
 
+    #[inline]
     fn previous(&self, idx: u8) -> Option<&Algorithm> {
         let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
         self.arena.get(word & !RETIRED).map(|p| &p.algorithm)
