@@ -14,7 +14,7 @@ use governor::{Quota, RateLimiter};
 use iai_callgrind::{
     Callgrind, LibraryBenchmarkConfig, library_benchmark, library_benchmark_group, main,
 };
-use ratewell::{KeyedLimiter, Limiter, ManualClock, Policy, QuantaClock, internals};
+use ratewell::{KeyedLimiter, Limiter, ManualClock, Nanos, Policy, QuantaClock, State, WordPolicy};
 
 /// Decisions in the `x1` run (the `x2` run makes twice as many).
 const N: u64 = 1000;
@@ -39,14 +39,14 @@ const GCRA: &str = "token-bucket capacity=1000000000 rate=1000000000/s";
 #[bench::sliding_x1("sliding-window limit=1000000 window=1s", N)]
 #[bench::sliding_x2("sliding-window limit=1000000 window=1s", 2 * N)]
 fn decide(text: &str, n: u64) -> u64 {
-    let policy = policy(text);
-    let mut word = 0;
+    let pure = WordPolicy::new(&policy(text)).unwrap();
+    let mut state = State::FRESH;
     for i in 0..n {
-        let (d, next) = internals::decide(black_box(&policy), word, black_box(i * 1_000_000), 1);
-        word = next.unwrap_or(word);
+        let (d, next) = black_box(&pure).decide(state, Nanos::new(black_box(i * 1_000_000)), 1);
+        state = next.unwrap_or(state);
         black_box(d);
     }
-    word
+    state.to_bits()
 }
 
 fn quanta_limiter(text: &str, drain: bool) -> Limiter<QuantaClock> {

@@ -63,12 +63,14 @@
 //! decision may be stricter than the specification, never looser. Configurations whose horizon
 //! would be under 19.5 hours are rejected by the parser.
 //!
-//! # Feature flags
+//! # The pure decision
 //!
-//! - `internals`: exposes the pure decide functions to the project's own benchmarks. Unstable, not
-//!   part of the API.
+//! [`WordPolicy`] is the decision itself, on a [`State`] word the caller stores: what the limiters
+//! apply to their atomics, and what another store (or a simulation) applies to its own.
 //!
-//! The `ratewell_loom` cfg (not a feature) switches the atomics to loom's for the model checks in
+//! # Configuration
+//!
+//! The crate has no features. The `ratewell_loom` cfg switches the atomics to loom's for the model checks in
 //! `loom-tests/`.
 //!
 //! # Caveats
@@ -98,24 +100,14 @@ mod registry;
 mod state;
 mod sync;
 mod table;
+mod word;
 
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 
-/// Unstable internals for the project's benchmarks: not part of the API.
-#[cfg(feature = "internals")]
-#[doc(hidden)]
-pub mod internals {
-    use crate::{Decision, Policy};
-
-    /// The pure decision of `policy`'s algorithm on a state word (not for the sliding log).
-    #[inline]
-    pub fn decide(policy: &Policy, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-        policy.algorithm.decide(word, now, cost)
-    }
-}
 pub use decision::{Decision, Outcome};
 pub use ip::{IpKey, IpPrefixes};
 pub use keyed::{KeyedLimiter, Metrics};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};
 pub use table::{CapacityError, OnFull};
+pub use word::{Nanos, State, WordPolicy};

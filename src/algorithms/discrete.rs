@@ -22,8 +22,8 @@
 //! than the stored one applies no fills (the later of the two).
 
 use super::{
-    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, bits_for, div_ceil, invalid, low_mask, sat64,
-    wrap_diff,
+    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, OneWord, bits_for, div_ceil, invalid, low_mask,
+    sat64, wrap_diff,
 };
 use crate::decision::Decision;
 
@@ -62,10 +62,6 @@ impl Discrete {
         Ok(d)
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << (self.index_bits - 1)) * u128::from(self.interval)
-    }
-
     /// `(tokens, absolute index of the last fill applied)` at `now`.
     #[inline]
     fn tokens(&self, word: u64, now: u64) -> (u64, u64) {
@@ -83,7 +79,33 @@ impl Discrete {
         (filled.min(u128::from(self.capacity)) as u64, k_now)
     }
 
-    super::entry_points!();
+    /// Nanoseconds from `now` to the next fill after index `k` with `tokens` in the bucket; 0
+    /// when it is full (no fill adds anything).
+    #[inline]
+    fn next_fill(&self, k: u64, tokens: u64, now: u64) -> u64 {
+        if tokens >= self.capacity {
+            return 0;
+        }
+        let at = (u128::from(k) + 1) * u128::from(self.interval);
+        sat64(at.saturating_sub(u128::from(now)))
+    }
+
+    /// Nanoseconds from `now` until enough fills after index `k` have added `tokens` tokens.
+    #[inline]
+    fn until_fills(&self, k: u64, tokens: u64, now: u64) -> u64 {
+        if tokens == 0 {
+            return 0;
+        }
+        let fills = div_ceil(tokens, self.refill);
+        let at = (u128::from(k) + u128::from(fills)) * u128::from(self.interval);
+        sat64(at.saturating_sub(u128::from(now)))
+    }
+}
+
+impl OneWord for Discrete {
+    fn idle_horizon_ns(&self) -> u128 {
+        (1u128 << (self.index_bits - 1)) * u128::from(self.interval)
+    }
 
     #[inline(always)]
     fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
@@ -112,35 +134,11 @@ impl Discrete {
         }
     }
 
-    /// Nanoseconds from `now` to the next fill after index `k` with `tokens` in the bucket; 0
-    /// when it is full (no fill adds anything).
-    #[inline]
-    fn next_fill(&self, k: u64, tokens: u64, now: u64) -> u64 {
-        if tokens >= self.capacity {
-            return 0;
-        }
-        let at = (u128::from(k) + 1) * u128::from(self.interval);
-        sat64(at.saturating_sub(u128::from(now)))
-    }
-
-    /// Nanoseconds from `now` until enough fills after index `k` have added `tokens` tokens.
-    #[inline]
-    fn until_fills(&self, k: u64, tokens: u64, now: u64) -> u64 {
-        if tokens == 0 {
-            return 0;
-        }
-        let fills = div_ceil(tokens, self.refill);
-        let at = (u128::from(k) + u128::from(fills)) * u128::from(self.interval);
-        sat64(at.saturating_sub(u128::from(now)))
-    }
-
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         let (tokens, k) = self.tokens(word, now);
         self.until_fills(k, self.capacity - tokens, now)
     }
 }
-
-super::one_word!(Discrete);
 
 #[cfg(test)]
 mod tests {

@@ -31,7 +31,8 @@
 //! its count then still applies, which is stricter, never looser.
 
 use super::{
-    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, bits_for, invalid, low_mask, sat64, wrap_diff,
+    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, OneWord, bits_for, invalid, low_mask, sat64,
+    wrap_diff,
 };
 use crate::decision::Decision;
 
@@ -81,13 +82,6 @@ impl Fixed {
         }
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        match self.align {
-            Align::Clock => (1u128 << (self.low_bits - 1)) * u128::from(self.window),
-            Align::First => 1u128 << (self.low_bits - 1),
-        }
-    }
-
     /// `(count, window end in ns from now)` of the window a request at `now` falls in, and the
     /// low field to store with it.
     #[inline]
@@ -118,8 +112,15 @@ impl Fixed {
             }
         }
     }
+}
 
-    super::entry_points!();
+impl OneWord for Fixed {
+    fn idle_horizon_ns(&self) -> u128 {
+        match self.align {
+            Align::Clock => (1u128 << (self.low_bits - 1)) * u128::from(self.window),
+            Align::First => 1u128 << (self.low_bits - 1),
+        }
+    }
 
     #[inline(always)]
     fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
@@ -139,13 +140,11 @@ impl Fixed {
         }
     }
 
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         let (count, end, _) = self.window(word, now);
         if count == 0 { 0 } else { end }
     }
 }
-
-super::one_word!(Fixed);
 
 #[cfg(test)]
 mod tests {

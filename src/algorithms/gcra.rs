@@ -34,7 +34,7 @@
 
 use std::num::NonZeroU64;
 
-use super::{Invalid, MIN_IDLE_HORIZON_NS, div_ceil, invalid};
+use super::{Invalid, MIN_IDLE_HORIZON_NS, OneWord, div_ceil, invalid};
 use crate::decision::{Decision, SCALE_SHIFT, SCALED};
 
 /// Largest `B * D'` (the debt of an empty bucket, in `1/N'` ns) a configuration may have.
@@ -115,10 +115,6 @@ impl Gcra {
         Ok(Gcra { capacity, n2: 2 * n, d2: 2 * d, cap2_plus_one: 2 * cap + 1, tag })
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << 63) / u128::from(self.n2)
-    }
-
     /// `(2 now*N' mod 2^64, debt + 1)`, the debt `max(0, TAT - now)` in half units (even): `1` for
     /// a fresh word. At most `2^63`.
     #[inline(always)]
@@ -130,7 +126,27 @@ impl Gcra {
         (now2, lifted)
     }
 
-    super::entry_points!();
+    /// `decision` with the whole tokens left with `debt_1 - 1` (half units) outstanding, divided
+    /// when read, and when the next one is due.
+    #[inline]
+    fn tokens(&self, decision: Decision, debt_1: u64) -> Decision {
+        // The next token is due when the remainder of the division has accrued, in half units:
+        // `n2` a nanosecond.
+        decision.remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2, self.tag)
+    }
+
+    /// `x - 1` half units (`x` odd) in whole ns, rounded up.
+    #[inline]
+    fn to_ns(&self, x: u64) -> u64 {
+        // `N' = 1` for every period that is a whole number of ns: `(x - 1) / 2` is a shift.
+        if self.n2 == 2 { x >> 1 } else { div_ceil(x - 1, self.n2) }
+    }
+}
+
+impl OneWord for Gcra {
+    fn idle_horizon_ns(&self) -> u128 {
+        (1u128 << 63) / u128::from(self.n2)
+    }
 
     #[inline(always)]
     fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
@@ -156,28 +172,10 @@ impl Gcra {
         }
     }
 
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.to_ns(self.debt_plus_one(word, now).1)
     }
-
-    /// `decision` with the whole tokens left with `debt_1 - 1` (half units) outstanding, divided
-    /// when read, and when the next one is due.
-    #[inline]
-    fn tokens(&self, decision: Decision, debt_1: u64) -> Decision {
-        // The next token is due when the remainder of the division has accrued, in half units:
-        // `n2` a nanosecond.
-        decision.remaining_over(self.cap2_plus_one.saturating_sub(debt_1), self.d2, self.tag)
-    }
-
-    /// `x - 1` half units (`x` odd) in whole ns, rounded up.
-    #[inline]
-    fn to_ns(&self, x: u64) -> u64 {
-        // `N' = 1` for every period that is a whole number of ns: `(x - 1) / 2` is a shift.
-        if self.n2 == 2 { x >> 1 } else { div_ceil(x - 1, self.n2) }
-    }
 }
-
-super::one_word!(Gcra);
 
 #[cfg(test)]
 mod tests {

@@ -21,7 +21,7 @@
 //! now`, exactly as for a new key.
 
 use super::gcra::compile_period;
-use super::{Invalid, div_ceil, wrap_diff};
+use super::{Invalid, OneWord, div_ceil, wrap_diff};
 use crate::decision::{Decision, SCALE_SHIFT, SCALED};
 
 const OCCUPIED: u64 = 1 << 63;
@@ -59,10 +59,6 @@ impl Leaky {
         })
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << 62) / u128::from(self.n)
-    }
-
     /// `(now * N' mod 2^63, max(0, TAT + T - now))`: the backlog a new request would join.
     #[inline]
     fn backlog(&self, word: u64, now: u64) -> (u64, u64) {
@@ -74,7 +70,28 @@ impl Leaky {
         (now_x, (diff + self.d as i64).max(0) as u64)
     }
 
-    super::entry_points!();
+    /// `decision` with the largest cost admitted now with `backlog` outstanding:
+    /// `floor((cap - backlog) / d) + 1`, that is `floor((cap + d - backlog) / d)`, divided when
+    /// read, and when the next one fits.
+    #[inline]
+    fn remaining_before(&self, decision: Decision, backlog: u64) -> Decision {
+        // `backlog <= cap + d` but after an alias of the wrapped time (beyond the idle horizon).
+        let units = (self.cap + self.d).saturating_sub(backlog);
+        // The next request fits when the remainder has leaked, `n` units a nanosecond.
+        decision.remaining_over(units, self.d, self.tag)
+    }
+
+    #[inline]
+    fn to_ns(&self, x: u64) -> u64 {
+        // `N' = 1` for every period that is a whole number of ns: no division at all.
+        if self.n == 1 { x } else { div_ceil(x, self.n) }
+    }
+}
+
+impl OneWord for Leaky {
+    fn idle_horizon_ns(&self) -> u128 {
+        (1u128 << 62) / u128::from(self.n)
+    }
 
     #[inline(always)]
     fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
@@ -112,29 +129,10 @@ impl Leaky {
         }
     }
 
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.to_ns(self.backlog(word, now).1)
     }
-
-    /// `decision` with the largest cost admitted now with `backlog` outstanding:
-    /// `floor((cap - backlog) / d) + 1`, that is `floor((cap + d - backlog) / d)`, divided when
-    /// read, and when the next one fits.
-    #[inline]
-    fn remaining_before(&self, decision: Decision, backlog: u64) -> Decision {
-        // `backlog <= cap + d` but after an alias of the wrapped time (beyond the idle horizon).
-        let units = (self.cap + self.d).saturating_sub(backlog);
-        // The next request fits when the remainder has leaked, `n` units a nanosecond.
-        decision.remaining_over(units, self.d, self.tag)
-    }
-
-    #[inline]
-    fn to_ns(&self, x: u64) -> u64 {
-        // `N' = 1` for every period that is a whole number of ns: no division at all.
-        if self.n == 1 { x } else { div_ceil(x, self.n) }
-    }
 }
-
-super::one_word!(Leaky);
 
 #[cfg(test)]
 mod tests {

@@ -79,64 +79,64 @@ pub(crate) fn div_ceil(a: u64, b: u64) -> u64 {
     if b == 0 { 0 } else { a.div_ceil(b) }
 }
 
-/// The two entry points of an algorithm around its `run` (always inlined into both): `decide`,
-/// with the full decision, and `admit`, only the word to store, from which the compiler drops the
-/// arithmetic of the decision's fields.
+/// The contract of a one-word algorithm: its whole per-key state is one `u64` (the word `0` a fresh
+/// key), and a decision is a pure function of `(configuration, word, now, cost)`.
 ///
-/// Neither is inlined into the dispatch of [`Algorithm`]: inlining every algorithm into one caller
-/// lets the compiler hoist each one's arithmetic ahead of the match (measured: ~100 wasted
-/// instructions a decision).
-macro_rules! entry_points {
-    () => {
-        /// The decision, and the word to store if admitted.
-        #[inline(never)]
-        pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-            self.run(word, now, u64::from(cost))
-        }
-
-        /// The word to store if admitted; `None` if not.
-        #[inline(never)]
-        pub(crate) fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
-            self.run(word, now, u64::from(cost)).1
-        }
-
-        /// The state as it is at `now`, as a decision that takes nothing (a cost above every
-        /// limit: impossible): its remaining, reset and replenish times are the key's.
-        #[inline(never)]
-        pub(crate) fn probe(&self, word: u64, now: u64) -> Decision {
-            self.run(word, now, u64::MAX).0
-        }
-    };
-}
-pub(crate) use entry_points;
-
-/// A one-word algorithm as the CAS loop sees it: its decision always inlined, so that the loop
-/// is compiled once per algorithm, after a single match on [`Algorithm`] (see [`dispatch`]),
-/// with no call and no second match inside it.
+/// An implementation provides [`run`](Self::run) (always inlined), [`reset_after`](Self::reset_after)
+/// and [`idle_horizon_ns`](Self::idle_horizon_ns); the entry points are derived from `run`, each
+/// compiled once per algorithm:
+///
+/// - [`decide`](Self::decide), [`admit`](Self::admit) and [`probe`](Self::probe) are never
+///   inlined into the dispatch of [`Algorithm`]: inlining every algorithm into one caller lets the
+///   compiler hoist each one's arithmetic ahead of the match (measured: ~100 wasted instructions a
+///   decision);
+/// - [`decide_inline`](Self::decide_inline) and [`admit_inline`](Self::admit_inline) are always
+///   inlined, so that the CAS loop is compiled once per algorithm, after a single match on
+///   [`Algorithm`] (see [`dispatch`]), with no call and no second match inside it. `admit` drops
+///   the arithmetic of the decision's fields: only the word to store is wanted.
 pub(crate) trait OneWord {
+    /// The decision of a request of `cost` at `now` on the state `word`, and the word to store if
+    /// admitted (never for a rejection). `cost` may exceed every limit (`u64::MAX` is a probe).
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>);
+
+    /// Nanoseconds from `now` until `word` is back to full if nothing arrives; 0 means the word is
+    /// indistinguishable from a fresh key's and may be dropped.
+    fn reset_after(&self, word: u64, now: u64) -> u64;
+
+    /// The longest gap between two decisions on a key over which every decision is exact.
+    fn idle_horizon_ns(&self) -> u128;
+
     /// The decision, and the word to store if admitted.
-    fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>);
-    /// The word to store if admitted; `None` if not (the decision's fields are not computed).
-    fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64>;
-}
+    #[inline(never)]
+    fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        self.run(word, now, u64::from(cost))
+    }
 
-/// Implements [`OneWord`] for an algorithm with a `run` method.
-macro_rules! one_word {
-    ($t:ty) => {
-        impl super::OneWord for $t {
-            #[inline(always)]
-            fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-                self.run(word, now, u64::from(cost))
-            }
+    /// The word to store if admitted; `None` if not.
+    #[inline(never)]
+    fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        self.run(word, now, u64::from(cost)).1
+    }
 
-            #[inline(always)]
-            fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
-                self.run(word, now, u64::from(cost)).1
-            }
-        }
-    };
+    /// The state as it is at `now`, as a decision that takes nothing (a cost above every
+    /// limit: impossible): its remaining, reset and replenish times are the key's.
+    #[inline(never)]
+    fn probe(&self, word: u64, now: u64) -> Decision {
+        self.run(word, now, u64::MAX).0
+    }
+
+    /// [`decide`](Self::decide), inlined into the caller (the CAS loops).
+    #[inline(always)]
+    fn decide_inline(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        self.run(word, now, u64::from(cost))
+    }
+
+    /// [`admit`](Self::admit), inlined into the caller (the lean CAS loops).
+    #[inline(always)]
+    fn admit_inline(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        self.run(word, now, u64::from(cost)).1
+    }
 }
-pub(crate) use one_word;
 
 /// `$body` with `$a` bound to the one-word algorithm inside `$algorithm` (each arm is compiled
 /// for its own type). The sliding log has no single word: it must not get here.
@@ -220,15 +220,7 @@ impl Algorithm {
 
     /// The longest gap between two decisions on a key over which every decision is exact.
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        match self {
-            Algorithm::Gcra(a) => a.idle_horizon_ns(),
-            Algorithm::Discrete(a) => a.idle_horizon_ns(),
-            Algorithm::Leaky(a) => a.idle_horizon_ns(),
-            Algorithm::Nginx(a) => a.idle_horizon_ns(),
-            Algorithm::Fixed(a) => a.idle_horizon_ns(),
-            Algorithm::Sliding(a) => a.idle_horizon_ns(),
-            Algorithm::Log(_) => u128::from(u64::MAX),
-        }
+        dispatch!(self, a => a.idle_horizon_ns(), log _l => u128::from(u64::MAX))
     }
 }
 

@@ -22,7 +22,7 @@
 //! gaps to 0). After more than 2^34 ms (198 days) of silence `LAST` can alias: the leak is then
 //! undercounted, which is stricter, never looser.
 
-use super::{Invalid, invalid, wrap_diff};
+use super::{Invalid, OneWord, invalid, wrap_diff};
 use crate::decision::Decision;
 
 const OCCUPIED: u64 = 1 << 63;
@@ -89,10 +89,6 @@ impl Nginx {
         self.rate
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << (LAST_BITS - 1)) * u128::from(MS)
-    }
-
     #[inline]
     fn leak(&self, word: u64, now_ms: u64) -> Leaked {
         if word & OCCUPIED == 0 {
@@ -115,52 +111,6 @@ impl Nginx {
         match leaked.leaked {
             None => 0,
             Some(l) => (l + 1000).max(0) as u64,
-        }
-    }
-
-    super::entry_points!();
-
-    #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
-        let now_ms = now / MS;
-        let limit = self.burst + 1;
-        let bound = self.burst * 1000;
-        let st = self.leak(word, now_ms);
-        let excess_1 = Self::excess_one(&st);
-        let remaining_now = if excess_1 > bound { 0 } else { (bound - excess_1) / 1000 + 1 };
-        if cost > limit {
-            let reset = self.reset(&st, now);
-            let next = self.until_fits(&st, remaining_now + 1, now);
-            return (Decision::impossible(limit, remaining_now, reset).replenish(next), None);
-        }
-        let excess_c = excess_1 + (cost - 1) * 1000;
-        if excess_c <= bound {
-            let last = if st.moves_last { now_ms } else { st.last_ms as u64 };
-            let new_word = OCCUPIED | (excess_c << EXCESS_SHIFT) | (last & LAST_MASK);
-            let delay_ms = match self.delay {
-                Some(free) if excess_c > free * 1000 => (u128::from(excess_c - free * 1000) * 1000)
-                    .checked_div(u128::from(self.rate))
-                    .unwrap_or(0),
-                _ => 0,
-            };
-            let after = Leaked {
-                leaked: Some(i128::from(excess_c)),
-                last_ms: i128::from(last),
-                moves_last: false,
-            };
-            let remaining = (bound - excess_c) / 1000;
-            let d = Decision::admitted(
-                limit,
-                remaining,
-                self.reset(&after, now),
-                (delay_ms as u64).saturating_mul(MS),
-            );
-            (d.replenish(self.until_next(excess_c, last, now)), Some(new_word))
-        } else {
-            let retry = self.until_fits(&st, cost, now);
-            let next = self.until_fits(&st, remaining_now + 1, now);
-            let d = Decision::rejected(limit, remaining_now, self.reset(&st, now), retry);
-            (d.replenish(next), None)
         }
     }
 
@@ -221,13 +171,61 @@ impl Nginx {
         let t = ms * i128::from(MS) - i128::from(now);
         t.clamp(0, i128::from(u64::MAX)) as u64
     }
+}
 
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+impl OneWord for Nginx {
+    fn idle_horizon_ns(&self) -> u128 {
+        (1u128 << (LAST_BITS - 1)) * u128::from(MS)
+    }
+
+    #[inline(always)]
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        let now_ms = now / MS;
+        let limit = self.burst + 1;
+        let bound = self.burst * 1000;
+        let st = self.leak(word, now_ms);
+        let excess_1 = Self::excess_one(&st);
+        let remaining_now = if excess_1 > bound { 0 } else { (bound - excess_1) / 1000 + 1 };
+        if cost > limit {
+            let reset = self.reset(&st, now);
+            let next = self.until_fits(&st, remaining_now + 1, now);
+            return (Decision::impossible(limit, remaining_now, reset).replenish(next), None);
+        }
+        let excess_c = excess_1 + (cost - 1) * 1000;
+        if excess_c <= bound {
+            let last = if st.moves_last { now_ms } else { st.last_ms as u64 };
+            let new_word = OCCUPIED | (excess_c << EXCESS_SHIFT) | (last & LAST_MASK);
+            let delay_ms = match self.delay {
+                Some(free) if excess_c > free * 1000 => (u128::from(excess_c - free * 1000) * 1000)
+                    .checked_div(u128::from(self.rate))
+                    .unwrap_or(0),
+                _ => 0,
+            };
+            let after = Leaked {
+                leaked: Some(i128::from(excess_c)),
+                last_ms: i128::from(last),
+                moves_last: false,
+            };
+            let remaining = (bound - excess_c) / 1000;
+            let d = Decision::admitted(
+                limit,
+                remaining,
+                self.reset(&after, now),
+                (delay_ms as u64).saturating_mul(MS),
+            );
+            (d.replenish(self.until_next(excess_c, last, now)), Some(new_word))
+        } else {
+            let retry = self.until_fits(&st, cost, now);
+            let next = self.until_fits(&st, remaining_now + 1, now);
+            let d = Decision::rejected(limit, remaining_now, self.reset(&st, now), retry);
+            (d.replenish(next), None)
+        }
+    }
+
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.reset(&self.leak(word, now / MS), now)
     }
 }
-
-super::one_word!(Nginx);
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,8 @@
 //! alias and stale counts apply: stricter, never looser.
 
 use super::{
-    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, bits_for, invalid, low_mask, sat64, wrap_diff,
+    Invalid, MAX_COUNT_BITS, MIN_IDLE_HORIZON_NS, OneWord, bits_for, invalid, low_mask, sat64,
+    wrap_diff,
 };
 use crate::decision::Decision;
 
@@ -61,13 +62,6 @@ impl Sliding {
         Ok(s)
     }
 
-    pub(crate) fn idle_horizon_ns(&self) -> u128 {
-        if self.index_bits < 2 {
-            return 0;
-        }
-        (1u128 << (self.index_bits - 1)) * u128::from(self.window)
-    }
-
     #[inline]
     fn at(&self, word: u64, now: u64) -> At {
         let k_now = now / self.window;
@@ -92,32 +86,6 @@ impl Sliding {
         let weighted =
             u128::from(at.prev) * u128::from(self.window - at.r) / u128::from(self.window);
         weighted as u64 + at.cur
-    }
-
-    super::entry_points!();
-
-    #[inline(always)]
-    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
-        let at = self.at(word, now);
-        let est = self.estimate(&at);
-        let remaining = self.limit.saturating_sub(est);
-        if cost > self.limit {
-            let d = Decision::impossible(self.limit, remaining, self.reset(&at, now));
-            return (d.replenish(self.next_unit(&at, est, now)), None);
-        }
-        if est + cost <= self.limit {
-            let after = At { cur: at.cur + cost, ..at };
-            let word = (after.prev << (self.index_bits + self.count_bits))
-                | (after.cur << self.index_bits)
-                | (after.k & low_mask(self.index_bits));
-            let next = self.next_unit(&after, est + cost, now);
-            let d = Decision::admitted(self.limit, remaining - cost, self.reset(&after, now), 0);
-            (d.replenish(next), Some(word))
-        } else {
-            let retry = self.next_admit(&at, cost, now);
-            let d = Decision::rejected(self.limit, remaining, self.reset(&at, now), retry);
-            (d.replenish(self.next_unit(&at, est, now)), None)
-        }
     }
 
     /// Nanoseconds until the estimate `est` at `at` falls (one more unit fits); 0 if it is 0.
@@ -183,13 +151,44 @@ impl Sliding {
             self.wait_until(at.k + 2, 0, now)
         }
     }
+}
 
-    pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
+impl OneWord for Sliding {
+    fn idle_horizon_ns(&self) -> u128 {
+        if self.index_bits < 2 {
+            return 0;
+        }
+        (1u128 << (self.index_bits - 1)) * u128::from(self.window)
+    }
+
+    #[inline(always)]
+    fn run(&self, word: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        let at = self.at(word, now);
+        let est = self.estimate(&at);
+        let remaining = self.limit.saturating_sub(est);
+        if cost > self.limit {
+            let d = Decision::impossible(self.limit, remaining, self.reset(&at, now));
+            return (d.replenish(self.next_unit(&at, est, now)), None);
+        }
+        if est + cost <= self.limit {
+            let after = At { cur: at.cur + cost, ..at };
+            let word = (after.prev << (self.index_bits + self.count_bits))
+                | (after.cur << self.index_bits)
+                | (after.k & low_mask(self.index_bits));
+            let next = self.next_unit(&after, est + cost, now);
+            let d = Decision::admitted(self.limit, remaining - cost, self.reset(&after, now), 0);
+            (d.replenish(next), Some(word))
+        } else {
+            let retry = self.next_admit(&at, cost, now);
+            let d = Decision::rejected(self.limit, remaining, self.reset(&at, now), retry);
+            (d.replenish(self.next_unit(&at, est, now)), None)
+        }
+    }
+
+    fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.reset(&self.at(word, now), now)
     }
 }
-
-super::one_word!(Sliding);
 
 #[cfg(test)]
 mod tests {

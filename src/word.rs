@@ -1,0 +1,179 @@
+//! The pure decision, as an API: a one-word policy applied to a state word a caller stores
+//! wherever it likes (another backend, a simulation, a benchmark).
+
+use crate::algorithms::Algorithm;
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+/// The whole state of one key under a one-word policy: 64 bits, in the layout its algorithm
+/// documents. [`State::FRESH`] (all zero) is a key that has taken nothing.
+///
+/// A state means something only to the [`WordPolicy`] that produced it: decide it under another
+/// policy and the answer is unspecified (never a panic). The bits are stable within one version of
+/// the crate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct State(u64);
+
+impl State {
+    /// A key that has taken nothing: a full bucket, an empty window.
+    pub const FRESH: State = State(0);
+
+    /// The state stored as `bits` (for example in an `AtomicU64` or a Redis string).
+    #[inline]
+    pub const fn from_bits(bits: u64) -> Self {
+        State(bits)
+    }
+
+    /// The bits to store.
+    #[inline]
+    pub const fn to_bits(self) -> u64 {
+        self.0
+    }
+
+    /// `true` for [`State::FRESH`]. A state that is not fresh may still decide like a fresh one
+    /// (see [`WordPolicy::reset_after_ns`]).
+    #[inline]
+    pub const fn is_fresh(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// An instant in nanoseconds since the epoch of whatever clock the caller reads (a
+/// [`Clock`](crate::Clock)'s `now()`, a server's `TIME`, a trace's timestamps). One state must be
+/// decided on one clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    /// The instant `ns` nanoseconds after the epoch.
+    #[inline]
+    pub const fn new(ns: u64) -> Self {
+        Nanos(ns)
+    }
+
+    /// Nanoseconds since the epoch.
+    #[inline]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl From<u64> for Nanos {
+    #[inline]
+    fn from(ns: u64) -> Self {
+        Nanos(ns)
+    }
+}
+
+/// A policy whose state is one word: every algorithm but the sliding log (whose state is a list).
+///
+/// Its decisions are pure functions of `(policy, state, now, cost)`: no clock, no atomics, no
+/// allocation. [`Limiter`](crate::Limiter) and [`KeyedLimiter`](crate::KeyedLimiter) apply them
+/// to atomic words with one compare-exchange; another store applies them the same way: read the
+/// state, decide, and write the new state only if the state read is still the one stored
+/// (`None` is returned for a rejection, which writes nothing).
+///
+/// Times earlier than the state's own (a clock that stepped back) are taken at the state's time
+/// as long as the step is under the [idle horizon](Self::idle_horizon_ns); a caller whose clock
+/// may step back further decides at the running maximum of its readings, as the limiters do.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{Nanos, Policy, State, WordPolicy};
+///
+/// let policy: Policy = "token-bucket capacity=2 rate=1/s".parse()?;
+/// let pure = WordPolicy::new(&policy).expect("a token bucket is one word");
+/// let mut state = State::FRESH;
+/// for expected in [true, true, false] {
+///     let (decision, next) = pure.decide(state, Nanos::new(0), 1);
+///     assert_eq!(decision.is_admitted(), expected);
+///     state = next.unwrap_or(state);
+/// }
+/// // One token is back after a second.
+/// assert_eq!(pure.decide(state, Nanos::new(999_999_999), 1).0.retry_after_ns(), Some(1));
+/// assert!(pure.decide(state, Nanos::new(1_000_000_000), 1).0.is_admitted());
+///
+/// assert!(WordPolicy::new(&"sliding-log limit=5 window=1s".parse()?).is_none());
+/// # Ok::<(), ratewell::PolicyError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WordPolicy {
+    /// Never `Algorithm::Log`.
+    policy: Policy,
+}
+
+impl WordPolicy {
+    /// The one-word form of `policy`, or `None` for a sliding log.
+    pub fn new(policy: &Policy) -> Option<Self> {
+        match policy.algorithm {
+            Algorithm::Log(_) => None,
+            _ => Some(WordPolicy { policy: policy.clone() }),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Decide a request of `cost` (0 is taken as 1) at `now` on `state`: the decision and, if
+    /// admitted, the state to store. A rejection returns `None`: nothing is to be written.
+    #[inline]
+    pub fn decide(&self, state: State, now: Nanos, cost: u32) -> (Decision, Option<State>) {
+        let (decision, next) = self.policy.algorithm.decide(state.0, now.0, cost.max(1));
+        (decision, next.map(State))
+    }
+
+    /// Only whether a request of `cost` (0 is taken as 1) is admitted: the state to store if so.
+    /// The same admission as [`decide`](Self::decide), without computing the decision's fields.
+    #[inline]
+    pub fn admit(&self, state: State, now: Nanos, cost: u32) -> Option<State> {
+        self.policy.algorithm.admit(state.0, now.0, cost.max(1)).map(State)
+    }
+
+    /// Decide without taking anything, and report the state as it is: whether a request of
+    /// `cost` would be admitted, with the remaining quota, reset and replenish times before it
+    /// (as [`Limiter::peek_n`](crate::Limiter::peek_n)).
+    pub fn peek(&self, state: State, now: Nanos, cost: u32) -> Decision {
+        self.policy.algorithm.peek(state.0, now.0, cost.max(1))
+    }
+
+    /// Nanoseconds from `now` until `state` decides like [`State::FRESH`] if nothing arrives: 0
+    /// when it already does (the state may then be dropped, or expired from a store: a TTL).
+    pub fn reset_after_ns(&self, state: State, now: Nanos) -> u64 {
+        self.policy.algorithm.reset_after(state.0, now.0)
+    }
+
+    /// The longest silence of a key over which every decision is exact (ns); see
+    /// [`Policy::idle_horizon_ns`].
+    pub fn idle_horizon_ns(&self) -> u128 {
+        self.policy.algorithm.idle_horizon_ns()
+    }
+
+    /// The state under `self` of a key whose state under `from` is `state` at `now`: what the key
+    /// consumed under `from` taken from a fresh state of `self` (the rule of
+    /// [`KeyedLimiter::set_policy`](crate::KeyedLimiter::set_policy)).
+    pub fn convert(&self, from: &WordPolicy, state: State, now: Nanos) -> State {
+        State(crate::algorithms::convert(
+            &from.policy.algorithm,
+            &self.policy.algorithm,
+            state.0,
+            now.0,
+        ))
+    }
+}
+
+impl TryFrom<&Policy> for WordPolicy {
+    type Error = crate::PolicyError;
+
+    /// The one-word form of `policy`; a sliding log is an error naming it.
+    fn try_from(policy: &Policy) -> Result<Self, Self::Error> {
+        WordPolicy::new(policy).ok_or_else(|| {
+            crate::PolicyError::new(
+                "sliding-log",
+                "a one-word algorithm (the sliding log's state is a list)",
+            )
+        })
+    }
+}
