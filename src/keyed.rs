@@ -291,7 +291,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let now = self.floor.now(&self.clock);
         match &self.backend {
-            Backend::Words(table) => table.decide::<R, _>(&self.registry, hash, now, cost, commit),
+            Backend::Words(table) => table.decide::<R, _>(&self.registry, hash, now, cost),
             Backend::Logs(table) => {
                 R::from_decision(table.decide(&self.registry, hash, now, cost, commit))
             }

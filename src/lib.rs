@@ -87,6 +87,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod algorithms;
+#[cfg(ratewell_broken)]
+mod broken;
 mod clock;
 mod counts;
 mod decision;

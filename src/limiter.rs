@@ -8,7 +8,7 @@ use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::state;
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 /// Where one key's state lives: a word for every algorithm but the sliding log, which has a log
 /// instead. Not an enum: the algorithm already says which, and one match on it (not two) is what
@@ -52,20 +52,8 @@ impl Cell {
         )
     }
 
-    #[cfg(not(ratewell_broken = "log_split_lock"))]
     fn decide_log(&self, a: &SlidingLog, now: u64, cost: u32) -> Decision {
-        a.decide(&mut lock(self.log()), now, cost, true)
-    }
-
-    // Broken on purpose: check under one lock, take under another.
-    #[cfg(ratewell_broken = "log_split_lock")]
-    fn decide_log(&self, a: &SlidingLog, now: u64, cost: u32) -> Decision {
-        let decision = a.decide(&mut lock(self.log()), now, cost, false);
-        if decision.is_admitted() {
-            let mut l = lock(self.log());
-            l.force_push(now, u64::from(cost));
-        }
-        decision
+        take_log(a, self.log(), now, cost)
     }
 
     #[inline]
@@ -86,9 +74,22 @@ impl Cell {
 
 /// Lock a key's log; a panic while holding it cannot leave a log half-updated in a way that breaks
 /// the limiter's invariants (every mutation keeps `total` equal to the sum), so poisoning is ignored.
-fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
-    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Decide a request on a sliding log and log it if admitted, under one lock.
+pub(crate) fn log_under_one_lock(
+    a: &SlidingLog,
+    log: &Mutex<Log>,
+    now: u64,
+    cost: u32,
+) -> Decision {
+    a.decide(&mut lock(log), now, cost, true)
 }
+
+// The protocol's step: this or, compiled with `--cfg ratewell_broken`, the deliberately broken
+// one of that name (`broken.rs`), for the loom models to catch.
+#[cfg(not(ratewell_broken))]
+use self::log_under_one_lock as take_log;
+#[cfg(ratewell_broken)]
+use crate::broken::log_under_one_lock as take_log;
 
 /// A rate limiter for one key (one client, one route, one whole service).
 ///

@@ -18,12 +18,18 @@ use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The outcome of [`apply_masked`].
-#[cfg_attr(ratewell_broken = "no_revalidate", allow(dead_code))]
 pub(crate) enum Applied<R> {
     Done(R),
     /// `still_ours` said the word changed owner: look the key up again.
     Moved,
 }
+
+// The CAS loop the limiters run: the one below or, compiled with `--cfg ratewell_broken`, the
+// deliberately broken one of that name (`broken.rs`), for the loom models to catch.
+#[cfg(not(ratewell_broken))]
+use self::apply_masked as cas;
+#[cfg(ratewell_broken)]
+use crate::broken::apply_masked as cas;
 
 /// What a decision reports: the full [`Decision`], or only whether it was admitted (the lean
 /// `allow` paths, from which the compiler drops the decision's arithmetic).
@@ -84,52 +90,29 @@ pub(crate) fn apply_algorithm<R: Report>(
     still_ours: impl Fn() -> bool,
     now: u64,
     cost: u32,
-    commit: bool,
 ) -> Applied<R> {
-    dispatch!(algorithm, a => {
-        apply_masked(|w| R::decide(a, w, now, cost), word, mask, still_ours, commit)
-    })
+    dispatch!(algorithm, a => cas(|w| R::decide(a, w, now, cost), word, mask, still_ours))
 }
 
 /// Decide a request against the word with `decide` (from the unmasked state to the report and,
-/// if admitted, the next state), and store the new state if admitted and `commit`. The word
-/// stores `state ^ mask`; `still_ours` is asked after every load.
+/// if admitted, the next state), and store the new state if admitted. The word stores
+/// `state ^ mask`; `still_ours` is asked after every load.
 #[inline]
-#[cfg_attr(
-    any(ratewell_broken = "store", ratewell_broken = "no_revalidate"),
-    allow(unused_mut, dead_code)
-)]
 pub(crate) fn apply_masked<R>(
     decide: impl Fn(u64) -> (R, Option<u64>),
     word: &AtomicU64,
     mask: u64,
     still_ours: impl Fn() -> bool,
-    commit: bool,
 ) -> Applied<R> {
     let mut current = word.load(Ordering::Acquire);
     loop {
-        #[cfg(not(ratewell_broken = "no_revalidate"))]
         if !still_ours() {
             return Applied::Moved;
         }
-        #[cfg(ratewell_broken = "no_revalidate")]
-        let _ = &still_ours;
         let (report, next) = decide(current ^ mask);
-        let Some(next) = next.filter(|_| commit) else {
-            #[cfg(ratewell_broken = "reject_writes")]
-            if commit {
-                word.store(current, Ordering::Relaxed);
-            }
-            return Applied::Done(report);
-        };
-        #[cfg(ratewell_broken = "store")]
-        {
-            word.store(next ^ mask, Ordering::Relaxed);
-            return Applied::Done(report);
-        }
+        let Some(next) = next else { return Applied::Done(report) };
         // `compare_exchange_weak` may fail spuriously; the loop recomputes from the value it
         // returns, which is the freshest one anyway.
-        #[cfg(not(ratewell_broken = "store"))]
         match word.compare_exchange_weak(current, next ^ mask, Ordering::Relaxed, Ordering::Acquire)
         {
             Ok(_) => return Applied::Done(report),
@@ -147,7 +130,7 @@ pub(crate) fn apply_one<R: Report, A: OneWord>(
     now: u64,
     cost: u32,
 ) -> R {
-    match apply_masked(|w| R::decide(algorithm, w, now, cost), word, 0, || true, true) {
+    match cas(|w| R::decide(algorithm, w, now, cost), word, 0, || true) {
         Applied::Done(report) => report,
         Applied::Moved => unreachable!("a direct limiter's word has one owner"),
     }

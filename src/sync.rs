@@ -12,3 +12,11 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(ratewell_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// Lock `mutex`, whether or not a thread panicked holding it: every structure behind the crate's
+/// mutexes is valid after each of its updates, so a panic elsewhere (a caller's hasher, a
+/// failed allocation) leaves nothing half-written to refuse.
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

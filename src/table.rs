@@ -227,7 +227,26 @@ fn scale(x: u64, n: u64) -> usize {
     ((u128::from(x) * u128::from(n)) >> 64) as usize
 }
 
+/// The mask of a key's stored state (see *No ABA*).
 #[inline]
+pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
+    let m = u128::from(key ^ secret) * u128::from(MASK_MUL);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+/// Under the shard lock, before inserting: whether the key is present after all (another
+/// thread inserted it since the lock-free lookup).
+pub(crate) fn present(table: &Table, place: Place) -> bool {
+    table.find(place).is_some()
+}
+
+// The protocol's steps: these or, compiled with `--cfg ratewell_broken`, the deliberately broken
+// ones of those names (`broken.rs`), for the loom models to catch.
+#[cfg(not(ratewell_broken))]
+use self::{mask_of as key_mask, present as rescan};
+#[cfg(ratewell_broken)]
+use crate::broken::{mask_of as key_mask, present as rescan};
+
 fn key_word(idx: u8, fp: u64) -> u64 {
     (u64::from(idx) << FP_BITS) | fp
 }
@@ -324,11 +343,7 @@ impl Table {
 
     #[inline]
     fn mask(&self, key: u64) -> u64 {
-        if cfg!(ratewell_broken = "no_mask") {
-            return 0;
-        }
-        let m = u128::from(key ^ self.secret) * u128::from(MASK_MUL);
-        (m as u64) ^ ((m >> 64) as u64)
+        key_mask(self.secret, key)
     }
 
     /// The slot of bucket `b` of the key's shard holding its fingerprint, with its key word.
@@ -347,7 +362,7 @@ impl Table {
             .or_else(|| if place.b2 == place.b1 { None } else { self.find_in(place, place.b2) })
     }
 
-    /// Decide a request for the key with hash `hash`; take it if admitted and `commit`.
+    /// Decide a request for the key with hash `hash`; take it if admitted.
     ///
     /// Inlined: a key in its first bucket, on a live policy, whose slot keeps its owner. The rest
     /// is [`decide_slow`](Self::decide_slow).
@@ -358,17 +373,16 @@ impl Table {
         hash: u64,
         now: u64,
         cost: u32,
-        commit: bool,
     ) -> R {
         let place = self.place(hash);
         if let Some((slot, key)) = self.find_in(place, place.b1) {
             if let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) {
-                if let Some(report) = self.apply(algorithm, slot, key, now, cost, commit) {
+                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
                     return report;
                 }
             }
         }
-        self.decide_slow(policies, hash, now, cost, commit)
+        self.decide_slow(policies, hash, now, cost)
     }
 
     /// Decide a request for the key with hash `hash` without taking anything, reporting the
@@ -408,11 +422,9 @@ impl Table {
         key: u64,
         now: u64,
         cost: u32,
-        commit: bool,
     ) -> Option<R> {
         let still_ours = || slot.key.load(Ordering::Acquire) == key;
-        match apply_algorithm(algorithm, &slot.state, self.mask(key), still_ours, now, cost, commit)
-        {
+        match apply_algorithm(algorithm, &slot.state, self.mask(key), still_ours, now, cost) {
             Applied::Done(report) => Some(report),
             Applied::Moved => None,
         }
@@ -428,12 +440,11 @@ impl Table {
         hash: u64,
         now: u64,
         cost: u32,
-        commit: bool,
     ) -> R {
         let place = self.place(hash);
         loop {
             let Some((slot, key)) = self.find(place) else {
-                match self.insert_slow(policies, place, now, cost, commit) {
+                match self.insert_slow(policies, place, now, cost) {
                     Some(decision) => return decision,
                     None => continue,
                 }
@@ -442,7 +453,7 @@ impl Table {
                 self.migrate(policies, place, now);
                 continue;
             };
-            if let Some(report) = self.apply(algorithm, slot, key, now, cost, commit) {
+            if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
                 return report;
             }
         }
@@ -458,13 +469,12 @@ impl Table {
         place: Place,
         now: u64,
         cost: u32,
-        commit: bool,
     ) -> Option<R> {
         let (idx, token) = policies.resolve(place.fp);
         // Retired since it was resolved: resolve again.
         let algorithm = policies.algorithm(idx)?;
         let (decision, next) = R::decide_cold(algorithm, 0, now, cost);
-        let Some(next) = next.filter(|_| commit) else { return Some(decision) };
+        let Some(next) = next else { return Some(decision) };
         let shard = &self.shards[place.shard];
         let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
         // A slot retired (and perhaps swept and reassigned) since it was resolved must not be
@@ -472,8 +482,7 @@ impl Table {
         if !policies.still(idx, token) {
             return None;
         }
-        #[cfg(not(ratewell_broken = "no_rescan"))]
-        if self.find(place).is_some() {
+        if rescan(self, place) {
             return None;
         }
         let new_key = key_word(idx, place.fp);

@@ -42,14 +42,6 @@ impl Log {
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<(u64, u64)>()
     }
-
-    /// Append without deciding (the broken protocol of the loom models only).
-    #[cfg(ratewell_broken = "log_split_lock")]
-    pub(crate) fn force_push(&mut self, at: u64, cost: u64) {
-        let at = self.entries.back().map_or(at, |&(t, _)| t.max(at));
-        self.entries.push_back((at, cost));
-        self.total += cost;
-    }
 }
 
 impl SlidingLog {

@@ -1,0 +1,91 @@
+//! Deliberately broken protocols, compiled only with `--cfg ratewell_broken="VARIANT"` to show
+//! that the loom models in `loom-tests/` catch each break (there, the models that must catch it
+//! are `should_panic`).
+//!
+//! Each step of the protocol that a variant breaks has its real function beside its use, and here
+//! a function of the same name and signature: the broken one when its variant is selected, else
+//! the real one. The variants are listed once, in `broken/variants.txt`, which the build script
+//! (check-cfg), `loom-tests` and `.ci/run` read.
+
+use crate::algorithms::sliding_log::{Log, SlidingLog};
+use crate::decision::Decision;
+use crate::state::{self, Applied};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
+use crate::table::{self, Place, Table};
+
+/// The CAS loop (`state.rs`).
+///
+/// - `store`: a plain store instead of the compare-exchange (lost updates);
+/// - `reject_writes`: a rejection writes back the state it read (a lost admission when another
+///   thread admitted in between);
+/// - `no_revalidate`: the key word is not re-checked after loading a state (a state of the slot's
+///   next owner is decided as this key's).
+#[inline]
+pub(crate) fn apply_masked<R>(
+    decide: impl Fn(u64) -> (R, Option<u64>),
+    word: &AtomicU64,
+    mask: u64,
+    still_ours: impl Fn() -> bool,
+) -> Applied<R> {
+    if cfg!(ratewell_broken = "store") {
+        if !still_ours() {
+            return Applied::Moved;
+        }
+        let (report, next) = decide(word.load(Ordering::Acquire) ^ mask);
+        if let Some(next) = next {
+            word.store(next ^ mask, Ordering::Relaxed);
+        }
+        Applied::Done(report)
+    } else if cfg!(ratewell_broken = "reject_writes") {
+        let current = word.load(Ordering::Acquire);
+        let rejected = |current| {
+            if !still_ours() {
+                return None;
+            }
+            let (report, next) = decide(current ^ mask);
+            Some((report, next.is_none()))
+        };
+        match rejected(current) {
+            Some((report, true)) => {
+                word.store(current, Ordering::Relaxed);
+                Applied::Done(report)
+            }
+            _ => state::apply_masked(&decide, word, mask, &still_ours),
+        }
+    } else if cfg!(ratewell_broken = "no_revalidate") {
+        state::apply_masked(decide, word, mask, || true)
+    } else {
+        state::apply_masked(decide, word, mask, still_ours)
+    }
+}
+
+/// The mask of a key's stored state (`table.rs`). `no_mask`: every key's state is stored as it
+/// is, so a decision that loaded the state of the slot's previous owner can succeed on it.
+#[inline]
+pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
+    if cfg!(ratewell_broken = "no_mask") { 0 } else { table::mask_of(secret, key) }
+}
+
+/// The re-scan under the shard lock before an insert (`table.rs`). `no_rescan`: none, so two
+/// threads inserting one new key store it twice.
+pub(crate) fn present(table: &Table, place: Place) -> bool {
+    !cfg!(ratewell_broken = "no_rescan") && table::present(table, place)
+}
+
+/// A sliding log's decision (`limiter.rs`). `log_split_lock`: checked under one lock and logged
+/// under another, so two threads can both pass the check for the last unit.
+pub(crate) fn log_under_one_lock(
+    a: &SlidingLog,
+    log: &Mutex<Log>,
+    now: u64,
+    cost: u32,
+) -> Decision {
+    if !cfg!(ratewell_broken = "log_split_lock") {
+        return crate::limiter::log_under_one_lock(a, log, now, cost);
+    }
+    let decision = a.decide(&mut lock(log), now, cost, false);
+    if decision.is_admitted() {
+        a.decide(&mut lock(log), now, cost, true);
+    }
+    decision
+}
