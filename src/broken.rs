@@ -9,9 +9,9 @@
 
 use crate::algorithms::sliding_log::{Log, SlidingLog};
 use crate::decision::Decision;
+use crate::keyed::table::{self, Place, Table};
 use crate::state::{self, Applied};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
-use crate::table::{self, Place, Table};
 
 /// The CAS loop (`state.rs`).
 ///

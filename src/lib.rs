@@ -87,29 +87,23 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod algorithms;
-#[cfg(ratewell_broken)]
+#[cfg(ratewell_broken_protocol)]
 mod broken;
 mod clock;
-mod counts;
 mod decision;
 mod headers;
-mod ip;
 mod keyed;
 mod limiter;
-mod log_table;
 mod policy;
-mod registry;
 mod state;
 mod sync;
-mod table;
 mod word;
 
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 
 pub use decision::{Decision, Outcome};
-pub use ip::{IpKey, IpPrefixes};
-pub use keyed::{KeyedLimiter, Metrics};
+pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull};
+pub use keyed::{IpKey, IpPrefixes};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};
-pub use table::{CapacityError, OnFull};
 pub use word::{Nanos, State, WordPolicy};

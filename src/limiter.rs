@@ -84,11 +84,11 @@ pub(crate) fn log_under_one_lock(
     a.decide(&mut lock(log), now, cost, true)
 }
 
-// The protocol's step: this or, compiled with `--cfg ratewell_broken`, the deliberately broken
+// The protocol's step: this or, compiled with `--cfg ratewell_broken="..."`, the deliberately broken
 // one of that name (`broken.rs`), for the loom models to catch.
-#[cfg(not(ratewell_broken))]
+#[cfg(not(ratewell_broken_protocol))]
 use self::log_under_one_lock as take_log;
-#[cfg(ratewell_broken)]
+#[cfg(ratewell_broken_protocol)]
 use crate::broken::log_under_one_lock as take_log;
 
 /// A rate limiter for one key (one client, one route, one whole service).

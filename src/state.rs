@@ -24,11 +24,11 @@ pub(crate) enum Applied<R> {
     Moved,
 }
 
-// The CAS loop the limiters run: the one below or, compiled with `--cfg ratewell_broken`, the
+// The CAS loop the limiters run: the one below or, compiled with `--cfg ratewell_broken="..."`, the
 // deliberately broken one of that name (`broken.rs`), for the loom models to catch.
-#[cfg(not(ratewell_broken))]
+#[cfg(not(ratewell_broken_protocol))]
 use self::apply_masked as cas;
-#[cfg(ratewell_broken)]
+#[cfg(ratewell_broken_protocol)]
 use crate::broken::apply_masked as cas;
 
 /// What a decision reports: the full [`Decision`], or only whether it was admitted (the lean

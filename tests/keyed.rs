@@ -279,7 +279,7 @@ fn reset_forgets_one_key() {
 }
 
 #[test]
-fn forget_fresh_drops_only_fresh_keys() {
+fn reclaim_fresh_drops_only_fresh_keys() {
     let limiter = KeyedLimiter::<u64, _>::with_clock(
         &policy("token-bucket capacity=2 rate=1/s"),
         100,
@@ -289,7 +289,7 @@ fn forget_fresh_drops_only_fresh_keys() {
         limiter.check_n(&k, if k < 5 { 1 } else { 2 });
     }
     limiter.clock().set(S);
-    assert_eq!(limiter.forget_fresh(), 5, "one token back: the keys that took one are full");
+    assert_eq!(limiter.reclaim_fresh(), 5, "one token back: the keys that took one are full");
     assert_eq!(limiter.metrics().keys, 5);
     assert_eq!(limiter.peek_n(&7, 2).retry_after_ns(), Some(S));
 }
@@ -324,7 +324,7 @@ fn sliding_log_table_is_bounded_too() {
     }
     assert_eq!(limiter.metrics().evictions, 100 - limiter.capacity());
     limiter.clock().set(2 * S);
-    assert_eq!(limiter.forget_fresh(), limiter.capacity());
+    assert_eq!(limiter.reclaim_fresh(), limiter.capacity());
 }
 
 #[test]

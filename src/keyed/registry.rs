@@ -33,9 +33,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use crate::sync::lock;
+
 use crate::algorithms::Algorithm;
+use crate::keyed::table::MAX_POLICIES;
 use crate::policy::{Policy, PolicyError};
-use crate::table::MAX_POLICIES;
 
 /// A slot no policy was given (or one freed by a sweep).
 const FREE: u32 = u32::MAX;
@@ -198,7 +200,7 @@ impl Registry {
     }
 
     fn admin(&self) -> MutexGuard<'_, Admin> {
-        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.admin)
     }
 
     /// The policy of slot `idx` (retired or not).

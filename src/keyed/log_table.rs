@@ -34,9 +34,11 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
 use crate::decision::Decision;
-use crate::registry::Policies;
-use crate::sync::{Mutex, MutexGuard};
-use crate::table::{CapacityError, MAX_CAPACITY, OnFull, TableStats};
+use crate::keyed::registry::Policies;
+use crate::keyed::table::{CapacityError, MAX_CAPACITY, OnFull, TableStats};
+use crate::keyed::{Store, shard_count};
+use crate::state::Report;
+use crate::sync::{Mutex, MutexGuard, lock};
 
 /// Keys examined from the head of a full shard's list for one new key.
 const CANDIDATES: usize = 8;
@@ -206,44 +208,8 @@ fn log_bytes(log: &Log) -> u64 {
 }
 
 impl LogTable {
-    pub(crate) fn new(capacity: usize, on_full: OnFull) -> Result<Self, CapacityError> {
-        let capacity = (capacity as u64).max(1);
-        if capacity > MAX_CAPACITY {
-            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
-        }
-        let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
-        // At most 2^39 / 256 keys a shard: node indices fit u32, below `NIL`.
-        let per_shard = capacity.div_ceil(shards) as usize;
-        Ok(LogTable {
-            shards: (0..shards).map(|_| CachePadded::new(Mutex::new(LogShard::new()))).collect(),
-            per_shard,
-            on_full,
-        })
-    }
-
-    pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
-        self.on_full = on_full;
-    }
-
-    /// Forget every key.
-    pub(crate) fn clear(&self) {
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            let (reclaims, evictions, refused) = (shard.reclaims, shard.evictions, shard.refused);
-            *shard = LogShard { reclaims, evictions, refused, ..LogShard::new() };
-        }
-    }
-
-    pub(crate) fn capacity(&self) -> u64 {
-        (self.per_shard * self.shards.len()) as u64
-    }
-
-    fn shard(&self, hash: u64) -> MutexGuard<'_, LogShard> {
-        let shard = &self.shards[(hash as usize) & (self.shards.len() - 1)];
-        shard.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn decide<P: Policies>(
+    /// Decide, and log the request if admitted and `commit` (else a peek).
+    fn run<P: Policies>(
         &self,
         policies: &P,
         hash: u64,
@@ -292,6 +258,26 @@ impl LogTable {
         }
     }
 
+    pub(crate) fn new(capacity: usize) -> Result<Self, CapacityError> {
+        let capacity = (capacity as u64).max(1);
+        if capacity > MAX_CAPACITY {
+            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
+        }
+        let shards = shard_count(capacity);
+        // At most 2^39 / 256 keys a shard: node indices fit u32, below `NIL`.
+        let per_shard = capacity.div_ceil(shards) as usize;
+        Ok(LogTable {
+            shards: (0..shards).map(|_| CachePadded::new(Mutex::new(LogShard::new()))).collect(),
+            per_shard,
+            on_full: OnFull::default(),
+        })
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, LogShard> {
+        let shard = &self.shards[(hash as usize) & (self.shards.len() - 1)];
+        lock(&**shard)
+    }
+
     /// Free one node of a full shard, looking at most [`CANDIDATES`] keys from the head: reclaim
     /// an expired log, else evict the least granting or refuse.
     #[cold]
@@ -336,8 +322,41 @@ impl LogTable {
             }
         }
     }
+}
 
-    pub(crate) fn remove(&self, hash: u64) -> bool {
+impl Store for LogTable {
+    fn set_on_full(&mut self, on_full: OnFull) {
+        self.on_full = on_full;
+    }
+
+    /// Forget every key.
+    fn reseed(&mut self, _secret: u64) {
+        for shard in self.shards.iter() {
+            let mut shard = lock(&**shard);
+            let (reclaims, evictions, refused) = (shard.reclaims, shard.evictions, shard.refused);
+            *shard = LogShard { reclaims, evictions, refused, ..LogShard::new() };
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        (self.per_shard * self.shards.len()) as u64
+    }
+
+    #[inline]
+    fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R {
+        R::from_decision(self.run(policies, hash, now, cost, true))
+    }
+
+    fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
+        self.run(policies, hash, now, cost, false)
+    }
+
+    fn fingerprint(&self, hash: u64) -> u64 {
+        // The index holds whole hashes.
+        hash
+    }
+
+    fn reset(&self, hash: u64) -> bool {
         let mut shard = self.shard(hash);
         let Some(&i) = shard.index.get(&hash) else { return false };
         shard.remove(i);
@@ -345,7 +364,7 @@ impl LogTable {
     }
 
     /// Move the key to the policy `resolve` gives it now; its log carries over.
-    pub(crate) fn migrate<P: Policies>(&self, policies: &P, hash: u64) {
+    fn migrate<P: Policies>(&self, policies: &P, hash: u64, _now: u64) {
         loop {
             let (idx, token) = policies.resolve(hash);
             let mut shard = self.shard(hash);
@@ -361,9 +380,9 @@ impl LogTable {
 
     /// Move every key stored under a retired policy slot to its current policy (under the
     /// registry's lock, before it frees those slots).
-    pub(crate) fn sweep<P: Policies>(&self, policies: &P) {
+    fn sweep<P: Policies>(&self, policies: &P, _now: u64) {
         for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = lock(&**shard);
             for i in 0..shard.nodes.len() {
                 let node = &shard.nodes[i];
                 if shard.index.get(&node.hash) == Some(&(i as u32))
@@ -377,10 +396,10 @@ impl LogTable {
     }
 
     /// Reclaim every expired log (a scan of every shard); returns how many.
-    pub(crate) fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
+    fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
         let mut total = 0;
         for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = lock(&**shard);
             let mut i = shard.head;
             while i != NIL {
                 let node = &shard.nodes[i as usize];
@@ -400,7 +419,7 @@ impl LogTable {
 
     /// Bytes allocated for keys and logs now: bounded by the capacity in keys and each policy's
     /// limit in entries.
-    pub(crate) fn memory_bytes(&self) -> u64 {
+    fn memory_bytes(&self) -> u64 {
         let node = std::mem::size_of::<Node>() as u64;
         // hashbrown: a key, a value and a control byte per bucket, with buckets a power of two
         // at most 7/8 full.
@@ -410,7 +429,7 @@ impl LogTable {
         self.shards
             .iter()
             .map(|shard| {
-                let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+                let shard = lock(&**shard);
                 shard.nodes.capacity() as u64 * node
                     + buckets(shard.index_room) as u64 * index
                     + shard.entry_bytes
@@ -418,10 +437,10 @@ impl LogTable {
             .sum()
     }
 
-    pub(crate) fn stats(&self) -> TableStats {
+    fn stats(&self) -> TableStats {
         let mut s = TableStats::default();
         for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let shard = lock(&**shard);
             s.len += shard.len() as u64;
             s.reclaims += shard.reclaims;
             s.evictions += shard.evictions;

@@ -1,20 +1,29 @@
 //! Per-key limiting: a bounded table of per-key states, per-key policy overrides, run-time policy
 //! changes, and metrics.
 
+mod counts;
+mod ip;
+pub(crate) mod log_table;
+pub(crate) mod registry;
+pub(crate) mod table;
+
 use std::hash::Hash;
 use std::marker::PhantomData;
 
 use crate::algorithms::Algorithm;
 use crossbeam_utils::CachePadded;
 
+pub use self::ip::{IpKey, IpPrefixes};
+pub use self::table::{CapacityError, OnFull};
+
+use self::counts::Counts;
+use self::log_table::LogTable;
+use self::registry::{Locked, Policies, Registry};
+use self::table::{MAX_CAPACITY, Table, TableStats};
 use crate::clock::{Clock, Floor, QuantaClock};
-use crate::counts::Counts;
 use crate::decision::Decision;
-use crate::log_table::LogTable;
 use crate::policy::{Policy, PolicyError};
-use crate::registry::{Locked, Policies, Registry};
 use crate::state::Report;
-use crate::table::{CapacityError, MAX_CAPACITY, OnFull, Table};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -75,9 +84,56 @@ impl<K: Hash + ?Sized, C: Clock + std::fmt::Debug> std::fmt::Debug for KeyedLimi
     }
 }
 
+/// Where a keyed limiter keeps its keys: the one-word algorithms' table of atomic words, or the
+/// sliding log's table of logs. Not a type parameter: the policy, a run-time value, says which.
 enum Backend {
     Words(Table),
     Logs(LogTable),
+}
+
+/// `$body` with `$store` bound to the limiter's [`Store`] (the one match on [`Backend`]).
+macro_rules! with_store {
+    ($limiter:expr, $store:ident => $body:expr) => {
+        match &$limiter.backend {
+            Backend::Words($store) => $body,
+            Backend::Logs($store) => $body,
+        }
+    };
+}
+
+/// What a keyed limiter needs of its key storage. Keys are known by their 64-bit hash; the
+/// policies by the registry's slots ([`Policies`]). Every method but `decide` and `peek` is an
+/// administrative path that may lock every shard.
+pub(crate) trait Store {
+    /// Decide a request for the key and take it if admitted: the hot path.
+    fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R;
+    /// Decide without taking anything, reporting the key's state as it is (a new key stays
+    /// absent, decided as a fresh one).
+    fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision;
+    /// Forget the key: its next request is decided as a fresh key's. Whether it was present.
+    fn reset(&self, hash: u64) -> bool;
+    /// Move the key to the policy it resolves to now, keeping what it consumed.
+    fn migrate<P: Policies>(&self, policies: &P, hash: u64, now: u64);
+    /// Move every key stored under a retired policy slot to its current policy (under the
+    /// registry's lock, before it frees those slots).
+    fn sweep<P: Policies>(&self, policies: &P, now: u64);
+    /// Drop every key indistinguishable from a fresh one at `now`; how many.
+    fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64;
+    /// What the registry knows the key by (an override is registered under it).
+    fn fingerprint(&self, hash: u64) -> u64;
+    /// Forget every key, and place keys from `secret` from now on.
+    fn reseed(&mut self, secret: u64);
+    fn set_on_full(&mut self, on_full: OnFull);
+    /// Keys the store can hold.
+    fn capacity(&self) -> u64;
+    /// Bytes of per-key storage now.
+    fn memory_bytes(&self) -> u64;
+    fn stats(&self) -> TableStats;
+}
+
+/// Shards for a table of `capacity` keys: about 1024 keys a shard, a power of two, at most 256.
+pub(crate) fn shard_count(capacity: u64) -> u64 {
+    (capacity / 1024).clamp(1, 256).next_power_of_two()
 }
 
 /// Counters of a keyed limiter. Reading them sums per-shard and per-thread cells; updating them
@@ -164,8 +220,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hasher = ahash::RandomState::new();
         let secret = hasher.hash_one(0x5eed_u64);
         let backend = match policy.algorithm {
-            Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity, OnFull::default())?),
-            _ => Backend::Words(Table::new(capacity, OnFull::default(), secret)?),
+            Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity)?),
+            _ => Backend::Words(Table::new(capacity, secret)?),
         };
         Ok(KeyedLimiter {
             registry: Registry::new(policy),
@@ -210,7 +266,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let secret = self.hasher.hash_one(0x5eed_u64);
         match &mut self.backend {
             Backend::Words(t) => t.reseed(secret),
-            Backend::Logs(t) => t.clear(),
+            Backend::Logs(t) => t.reseed(secret),
         }
         self.registry.clear_overrides();
         self
@@ -220,8 +276,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// loss grants the least extra capacity).
     pub fn on_full(mut self, on_full: OnFull) -> Self {
         match &mut self.backend {
-            Backend::Words(t) => t.set_on_full(on_full),
-            Backend::Logs(t) => t.set_on_full(on_full),
+            Backend::Words(store) => store.set_on_full(on_full),
+            Backend::Logs(store) => store.set_on_full(on_full),
         }
         self
     }
@@ -235,7 +291,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// Decide a request of `cost` for `key` and take it if admitted. `cost` 0 is treated as 1.
     #[inline]
     pub fn check_n(&self, key: &K, cost: u32) -> Decision {
-        let decision = self.decide::<Decision>(key, cost.max(1), true);
+        let decision = self.decide::<Decision>(key, cost.max(1));
         self.counts.record(decision.is_admitted());
         decision
     }
@@ -251,7 +307,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// [`Limiter::allow_n`](crate::Limiter::allow_n)); the admission itself is the same.
     #[inline]
     pub fn allow_n(&self, key: &K, cost: u32) -> bool {
-        let admitted = self.decide::<bool>(key, cost.max(1), true);
+        let admitted = self.decide::<bool>(key, cost.max(1));
         self.counts.record(admitted);
         admitted
     }
@@ -280,42 +336,28 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let now = self.floor.now(&self.clock);
         let cost = cost.max(1);
-        match &self.backend {
-            Backend::Words(table) => table.peek(&self.registry, hash, now, cost),
-            Backend::Logs(table) => table.decide(&self.registry, hash, now, cost, false),
-        }
+        with_store!(self, store => store.peek(&self.registry, hash, now, cost))
     }
 
     #[inline]
-    fn decide<R: Report>(&self, key: &K, cost: u32, commit: bool) -> R {
+    fn decide<R: Report>(&self, key: &K, cost: u32) -> R {
         let hash = self.hasher.hash_one(key);
         let now = self.floor.now(&self.clock);
-        match &self.backend {
-            Backend::Words(table) => table.decide::<R, _>(&self.registry, hash, now, cost),
-            Backend::Logs(table) => {
-                R::from_decision(table.decide(&self.registry, hash, now, cost, commit))
-            }
-        }
+        with_store!(self, store => store.decide::<R, _>(&self.registry, hash, now, cost))
     }
 
     /// Forget `key`: its next request is decided as a fresh key's. Returns whether it was present.
     pub fn reset(&self, key: &K) -> bool {
         let hash = self.hasher.hash_one(key);
-        match &self.backend {
-            Backend::Words(table) => table.remove(table.place(hash)),
-            Backend::Logs(table) => table.remove(hash),
-        }
+        with_store!(self, store => store.reset(hash))
     }
 
     /// Drop every key whose state is indistinguishable from a fresh key's now (no later decision
     /// changes); returns how many. The table also does this by itself whenever a new key needs
     /// one of their slots.
-    pub fn forget_fresh(&self) -> u64 {
+    pub fn reclaim_fresh(&self) -> u64 {
         let now = self.floor.now(&self.clock);
-        match &self.backend {
-            Backend::Words(table) => table.reclaim_fresh(&self.registry, now),
-            Backend::Logs(table) => table.reclaim_fresh(&self.registry, now),
-        }
+        with_store!(self, store => store.reclaim_fresh(&self.registry, now))
     }
 
     /// Replace the policy of every key without an override. Each key present keeps what it
@@ -351,7 +393,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub fn set_override(&self, key: &K, policy: &Policy) -> Result<(), PolicyError> {
         let hash = self.hasher.hash_one(key);
         self.registry.set_override(self.fingerprint(hash), Some(policy), &|l| self.sweep(l))?;
-        self.rehome(hash);
+        self.migrate(hash);
         Ok(())
     }
 
@@ -360,7 +402,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hash = self.hasher.hash_one(key);
         // Clearing cannot fail: it registers nothing.
         let _ = self.registry.set_override(self.fingerprint(hash), None, &|l| self.sweep(l));
-        self.rehome(hash);
+        self.migrate(hash);
     }
 
     /// The policy `key` is decided under: its override, or the limiter's policy.
@@ -384,28 +426,19 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     }
 
     fn fingerprint(&self, hash: u64) -> u64 {
-        match &self.backend {
-            Backend::Words(table) => table.fingerprint(hash),
-            Backend::Logs(_) => hash,
-        }
+        with_store!(self, store => store.fingerprint(hash))
     }
 
     /// Move the key to the policy it resolves to now, keeping what it consumed.
-    fn rehome(&self, hash: u64) {
+    fn migrate(&self, hash: u64) {
         let now = self.floor.now(&self.clock);
-        match &self.backend {
-            Backend::Words(table) => table.migrate(&self.registry, table.place(hash), now),
-            Backend::Logs(table) => table.migrate(&self.registry, hash),
-        }
+        with_store!(self, store => store.migrate(&self.registry, hash, now))
     }
 
     /// Convert every key stored under a retired policy slot (under the registry's lock).
     fn sweep(&self, policies: &Locked<'_>) {
         let now = self.floor.now(&self.clock);
-        match &self.backend {
-            Backend::Words(table) => table.sweep(policies, now),
-            Backend::Logs(table) => table.sweep(policies),
-        }
+        with_store!(self, store => store.sweep(policies, now))
     }
 
     /// The policy of keys without an override.
@@ -415,10 +448,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
 
     /// Keys the table can hold (the configured capacity rounded up to whole buckets).
     pub fn capacity(&self) -> u64 {
-        match &self.backend {
-            Backend::Words(table) => table.capacity(),
-            Backend::Logs(table) => table.capacity(),
-        }
+        with_store!(self, store => store.capacity())
     }
 
     /// Bytes of per-key storage: for the one-word algorithms, 16 bytes a key, allocated up front
@@ -427,19 +457,13 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// grows with use up to the capacity in keys and the limit in entries per key, and never
     /// beyond.
     pub fn memory_bytes(&self) -> u64 {
-        match &self.backend {
-            Backend::Words(table) => table.slot_bytes(),
-            Backend::Logs(table) => table.memory_bytes(),
-        }
+        with_store!(self, store => store.memory_bytes())
     }
 
     /// The counters. Cheap to update: table counters are per shard and written only under the
     /// shard's insert lock; admitted/rejected are per-thread cells.
     pub fn metrics(&self) -> Metrics {
-        let stats = match &self.backend {
-            Backend::Words(table) => table.stats(),
-            Backend::Logs(table) => table.stats(),
-        };
+        let stats = with_store!(self, store => store.stats());
         let (admitted, rejected) = self.counts.sum();
         Metrics {
             keys: stats.len,

@@ -93,9 +93,10 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::convert;
 use crate::decision::Decision;
-use crate::registry::Policies;
+use crate::keyed::registry::Policies;
+use crate::keyed::{Store, shard_count};
 use crate::state::{Applied, Report, apply_algorithm};
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 pub(crate) const EMPTY: u64 = 0;
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
@@ -240,11 +241,11 @@ pub(crate) fn present(table: &Table, place: Place) -> bool {
     table.find(place).is_some()
 }
 
-// The protocol's steps: these or, compiled with `--cfg ratewell_broken`, the deliberately broken
+// The protocol's steps: these or, compiled with `--cfg ratewell_broken="..."`, the deliberately broken
 // ones of those names (`broken.rs`), for the loom models to catch.
-#[cfg(not(ratewell_broken))]
+#[cfg(not(ratewell_broken_protocol))]
 use self::{mask_of as key_mask, present as rescan};
-#[cfg(ratewell_broken)]
+#[cfg(ratewell_broken_protocol)]
 use crate::broken::{mask_of as key_mask, present as rescan};
 
 fn key_word(idx: u8, fp: u64) -> u64 {
@@ -254,17 +255,12 @@ fn key_word(idx: u8, fp: u64) -> u64 {
 impl Table {
     /// A table of at least `capacity` slots (rounded up to whole buckets in every shard), or
     /// why not: more than [`MAX_CAPACITY`] keys, or an allocation the allocator refused.
-    pub(crate) fn new(
-        capacity: usize,
-        on_full: OnFull,
-        secret: u64,
-    ) -> Result<Self, CapacityError> {
+    pub(crate) fn new(capacity: usize, secret: u64) -> Result<Self, CapacityError> {
         let capacity = (capacity as u64).max(1);
         if capacity > MAX_CAPACITY {
             return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
         }
-        // About 1024 slots per shard, at most 256 shards, a power of two.
-        let shards = (capacity / 1024).clamp(1, 256).next_power_of_two();
+        let shards = shard_count(capacity);
         let buckets_per_shard = capacity.div_ceil(shards * SLOTS_PER_BUCKET as u64);
         let len = (shards * buckets_per_shard) as usize;
         let mut buckets = Vec::new();
@@ -289,43 +285,8 @@ impl Table {
             shards,
             buckets_per_shard,
             secret: mix(secret) | 1,
-            on_full,
+            on_full: OnFull::default(),
         })
-    }
-
-    pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
-        self.on_full = on_full;
-    }
-
-    /// Mask states with a new secret; every key is forgotten (its stored state would unmask to
-    /// garbage).
-    pub(crate) fn reseed(&mut self, secret: u64) {
-        self.secret = mix(secret) | 1;
-        if self.stats().len == 0 {
-            return;
-        }
-        for slot in self.buckets.iter().flat_map(|b| &b.slots) {
-            slot.key.store(EMPTY, Ordering::Relaxed);
-            slot.state.store(0, Ordering::Relaxed);
-        }
-        for shard in self.shards.iter() {
-            shard.len.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// The fingerprint stored for `hash`.
-    pub(crate) fn fingerprint(&self, hash: u64) -> u64 {
-        self.place(hash).fp
-    }
-
-    /// Slots in the table: the capacity, rounded up to whole buckets.
-    pub(crate) fn capacity(&self) -> u64 {
-        self.shards.len() as u64 * self.buckets_per_shard * SLOTS_PER_BUCKET as u64
-    }
-
-    /// Bytes of slot storage (the buckets; the fixed per-table overhead is not counted).
-    pub(crate) fn slot_bytes(&self) -> u64 {
-        self.capacity() * 16
     }
 
     #[inline]
@@ -360,57 +321,6 @@ impl Table {
     fn find(&self, place: Place) -> Option<(&Slot, u64)> {
         self.find_in(place, place.b1)
             .or_else(|| if place.b2 == place.b1 { None } else { self.find_in(place, place.b2) })
-    }
-
-    /// Decide a request for the key with hash `hash`; take it if admitted.
-    ///
-    /// Inlined: a key in its first bucket, on a live policy, whose slot keeps its owner. The rest
-    /// is [`decide_slow`](Self::decide_slow).
-    #[inline]
-    pub(crate) fn decide<R: Report, P: Policies>(
-        &self,
-        policies: &P,
-        hash: u64,
-        now: u64,
-        cost: u32,
-    ) -> R {
-        let place = self.place(hash);
-        if let Some((slot, key)) = self.find_in(place, place.b1) {
-            if let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) {
-                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
-                    return report;
-                }
-            }
-        }
-        self.decide_slow(policies, hash, now, cost)
-    }
-
-    /// Decide a request for the key with hash `hash` without taking anything, reporting the
-    /// key's state as it is (a new key's: fresh).
-    pub(crate) fn peek<P: Policies>(
-        &self,
-        policies: &P,
-        hash: u64,
-        now: u64,
-        cost: u32,
-    ) -> Decision {
-        let place = self.place(hash);
-        loop {
-            let Some((slot, key)) = self.find(place) else {
-                let (idx, _) = policies.resolve(place.fp);
-                let Some(algorithm) = policies.algorithm(idx) else { continue };
-                return algorithm.peek(0, now, cost);
-            };
-            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                self.migrate(policies, place, now);
-                continue;
-            };
-            let stored = slot.state.load(Ordering::Acquire);
-            // Re-validated as a decision is: a state read after the slot changed owner is not ours.
-            if slot.key.load(Ordering::Acquire) == key {
-                return algorithm.peek(stored ^ self.mask(key), now, cost);
-            }
-        }
     }
 
     /// The CAS loop on `slot`, holding `key` when it was found; `None` if the slot changed owner.
@@ -450,7 +360,7 @@ impl Table {
                 }
             };
             let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
-                self.migrate(policies, place, now);
+                self.migrate_at(policies, place, now);
                 continue;
             };
             if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
@@ -476,7 +386,7 @@ impl Table {
         let (decision, next) = R::decide_cold(algorithm, 0, now, cost);
         let Some(next) = next else { return Some(decision) };
         let shard = &self.shards[place.shard];
-        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = lock(&shard.lock);
         // A slot retired (and perhaps swept and reassigned) since it was resolved must not be
         // stored: see `registry.rs`, *Reusing slots*.
         if !policies.still(idx, token) {
@@ -581,13 +491,13 @@ impl Table {
     /// it consumed ([`convert`]).
     #[cold]
     #[inline(never)]
-    pub(crate) fn migrate<P: Policies>(&self, policies: &P, place: Place, now: u64) {
+    pub(crate) fn migrate_at<P: Policies>(&self, policies: &P, place: Place, now: u64) {
         let shard = &self.shards[place.shard];
         loop {
             // Resolved before the shard lock (resolving may take the registry's lock, which a
             // sweep holds while it takes shard locks), and checked under it.
             let (idx, token) = policies.resolve(place.fp);
-            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&shard.lock);
             if !policies.still(idx, token) {
                 continue;
             }
@@ -617,12 +527,106 @@ impl Table {
             }
         }
     }
+}
+
+impl Store for Table {
+    fn set_on_full(&mut self, on_full: OnFull) {
+        self.on_full = on_full;
+    }
+
+    /// Mask states with a new secret; every key is forgotten (its stored state would unmask to
+    /// garbage).
+    fn reseed(&mut self, secret: u64) {
+        self.secret = mix(secret) | 1;
+        if self.stats().len == 0 {
+            return;
+        }
+        for slot in self.buckets.iter().flat_map(|b| &b.slots) {
+            slot.key.store(EMPTY, Ordering::Relaxed);
+            slot.state.store(0, Ordering::Relaxed);
+        }
+        for shard in self.shards.iter() {
+            shard.len.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The fingerprint stored for `hash`.
+    fn fingerprint(&self, hash: u64) -> u64 {
+        self.place(hash).fp
+    }
+
+    /// Slots in the table: the capacity, rounded up to whole buckets.
+    fn capacity(&self) -> u64 {
+        self.shards.len() as u64 * self.buckets_per_shard * SLOTS_PER_BUCKET as u64
+    }
+
+    /// Bytes of slot storage (the buckets; the fixed per-table overhead is not counted).
+    fn memory_bytes(&self) -> u64 {
+        self.capacity() * 16
+    }
+
+    /// Decide a request for the key with hash `hash`; take it if admitted.
+    ///
+    /// Inlined: a key in its first bucket, on a live policy, whose slot keeps its owner. The rest
+    /// is [`decide_slow`](Self::decide_slow).
+    #[inline]
+    fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R {
+        let place = self.place(hash);
+        if let Some((slot, key)) = self.find_in(place, place.b1) {
+            if let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) {
+                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
+                    return report;
+                }
+            }
+        }
+        self.decide_slow(policies, hash, now, cost)
+    }
+
+    /// Decide a request for the key with hash `hash` without taking anything, reporting the
+    /// key's state as it is (a new key's: fresh).
+    fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
+        let place = self.place(hash);
+        loop {
+            let Some((slot, key)) = self.find(place) else {
+                let (idx, _) = policies.resolve(place.fp);
+                let Some(algorithm) = policies.algorithm(idx) else { continue };
+                return algorithm.peek(0, now, cost);
+            };
+            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+                self.migrate_at(policies, place, now);
+                continue;
+            };
+            let stored = slot.state.load(Ordering::Acquire);
+            // Re-validated as a decision is: a state read after the slot changed owner is not ours.
+            if slot.key.load(Ordering::Acquire) == key {
+                return algorithm.peek(stored ^ self.mask(key), now, cost);
+            }
+        }
+    }
+
+    /// Forget the key at `place`: its next request is decided as a fresh key's.
+    fn reset(&self, hash: u64) -> bool {
+        let place = self.place(hash);
+        let shard = &self.shards[place.shard];
+        let _guard = lock(&shard.lock);
+        let Some((slot, _)) = self.find(place) else { return false };
+        slot.key.store(TOMBSTONE, Ordering::Relaxed);
+        // Any value a stale decider of this key could expect is replaced: its exchange fails.
+        slot.state.swap(0, Ordering::Release);
+        slot.key.store(EMPTY, Ordering::Release);
+        shard.len.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
 
     /// Convert every key stored under a retired policy slot to its current policy: before the
     /// registry frees those slots (`registry.rs`, *Reusing slots*).
-    pub(crate) fn sweep<P: Policies>(&self, policies: &P, now: u64) {
+    fn migrate<P: Policies>(&self, policies: &P, hash: u64, now: u64) {
+        self.migrate_at(policies, self.place(hash), now);
+    }
+
+    fn sweep<P: Policies>(&self, policies: &P, now: u64) {
         for (i, shard) in self.shards.iter().enumerate() {
-            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&shard.lock);
             let own = self.buckets.iter().skip(i).step_by(self.shards.len());
             for slot in own.flat_map(|b| &b.slots) {
                 let key = slot.key.load(Ordering::Acquire);
@@ -637,24 +641,11 @@ impl Table {
         }
     }
 
-    /// Forget the key at `place`: its next request is decided as a fresh key's.
-    pub(crate) fn remove(&self, place: Place) -> bool {
-        let shard = &self.shards[place.shard];
-        let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((slot, _)) = self.find(place) else { return false };
-        slot.key.store(TOMBSTONE, Ordering::Relaxed);
-        // Any value a stale decider of this key could expect is replaced: its exchange fails.
-        slot.state.swap(0, Ordering::Release);
-        slot.key.store(EMPTY, Ordering::Release);
-        shard.len.fetch_sub(1, Ordering::Relaxed);
-        true
-    }
-
     /// Reclaim every key indistinguishable from a fresh one at `now`; returns how many.
-    pub(crate) fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
+    fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
         let mut reclaimed = 0;
         for (i, shard) in self.shards.iter().enumerate() {
-            let _guard = shard.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&shard.lock);
             let own = self.buckets.iter().skip(i).step_by(self.shards.len());
             for slot in own.flat_map(|b| &b.slots) {
                 let key = slot.key.load(Ordering::Acquire);
@@ -684,7 +675,7 @@ impl Table {
         reclaimed
     }
 
-    pub(crate) fn stats(&self) -> TableStats {
+    fn stats(&self) -> TableStats {
         let mut s = TableStats::default();
         for shard in self.shards.iter() {
             s.len += shard.len.load(Ordering::Relaxed);
@@ -708,7 +699,7 @@ mod tests {
 
     #[test]
     fn placement_spreads_keys() {
-        let t = Table::new(1_000_000, OnFull::Refuse, 7).unwrap();
+        let t = Table::new(1_000_000, 7).unwrap();
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
         let mut counts = std::collections::HashMap::new();
         let mut seconds = std::collections::HashMap::new();
