@@ -2,7 +2,7 @@
 //! horizon, a rate of 10^9/s, a burst of 2^32 - 1, costs of u32::MAX, clocks at the end of time.
 //! Run in debug, so every arithmetic overflow would panic.
 
-mod common;
+use ratewell_model as common;
 
 use common::{Model, Verdict};
 use ratewell::{Limiter, ManualClock, Policy};

@@ -1,7 +1,7 @@
 //! The keyed limiter and its table: concurrency against the reference model, bounded capacity,
 //! lossless reclaim, lossy eviction, fail-closed refusal, overrides and policy changes.
 
-mod common;
+use ratewell_model as common;
 
 use std::sync::{Arc, Barrier};
 use std::thread;

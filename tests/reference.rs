@@ -3,7 +3,7 @@
 //! policy's idle horizon: 146 years for whole-ns periods), clocks going backwards, costs above the
 //! capacity and `u32::MAX`, and rates from 1/day to 10^9/s.
 
-mod common;
+use ratewell_model as common;
 
 use common::{Gap, Op, duration_text, run};
 use proptest::prelude::*;

@@ -1,11 +1,10 @@
 //! Shared harness of the differential fuzz targets: shape raw fuzz input into a policy and a
-//! scenario, run it through the limiter and the naive reference model of `tests/common`, and panic
+//! scenario, run it through the limiter and the naive reference model (`ratewell-model`), and panic
 //! at the first field of the first decision that differs.
 
 #![allow(clippy::missing_panics_doc)]
 
-#[path = "../../tests/common/mod.rs"]
-pub mod common;
+pub use ratewell_model as common;
 
 use arbitrary::Arbitrary;
 use common::{Gap, Model, Op};

@@ -15,13 +15,10 @@
 //! | `log_split_lock`| the sliding log checks under one lock and logs under another | `one_word_sliding_log` |
 #![cfg(ratewell_loom)]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-
-use common::{Expected, Model, expect};
 use loom::sync::Arc;
 use loom::thread;
 use ratewell::{Decision, KeyedLimiter, Limiter, ManualClock, Outcome, Policy};
+use ratewell_model::{Expected, Model, expect};
 
 const S: u64 = 1_000_000_000;
 

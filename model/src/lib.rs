@@ -6,9 +6,17 @@
 //! - remaining: the largest cost admitted right after the decision, at the same instant;
 //! - reset_after: the smallest wait after which the key is indistinguishable from a fresh one.
 
-#![allow(dead_code, unreachable_pub)]
+//!
+//! [`run`] drives a scenario ([`Op`]s) through a [`Backend`] and the model side by side and
+//! reports the first field of the first decision that differs. The in-process backends are here
+//! ([`Direct`], [`Keyed`], [`Pure`]); another backend (a server-side store) implements
+//! [`Backend`] and passes the same scenarios. The crate is used by the engine's tests, the loom
+//! models and the fuzz targets, and is not published.
+#![allow(missing_docs)]
 
-use ratewell::{Decision, Limiter, ManualClock, Outcome, Policy};
+use ratewell::{
+    Decision, KeyedLimiter, Limiter, ManualClock, Nanos, Outcome, Policy, State, WordPolicy,
+};
 
 /// What the model's admission rule says about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -431,21 +439,143 @@ pub enum Gap {
     Back(u64),
 }
 
-/// Run `ops` through the limiter and the model, comparing every field of every decision.
+/// Something that decides requests for one key under one policy, at instants the caller gives.
+pub trait Backend {
+    /// Decide a request of `cost` at `now` (ns on the scenario's clock, which may step back),
+    /// taking it if admitted; `Err` for a failure of the backend itself.
+    fn check(&mut self, now: u64, cost: u32) -> Result<Decision, String>;
+    /// Decide without taking anything, reporting the state as it is.
+    fn peek(&mut self, now: u64, cost: u32) -> Result<Decision, String>;
+}
+
+/// The direct [`Limiter`] on a [`ManualClock`], with a second limiter on the lean path
+/// (`allow_n`) kept in lockstep: it must admit exactly what `check_n` admits.
+pub struct Direct {
+    clock: ManualClock,
+    limiter: Limiter<ManualClock>,
+    lean: Limiter<ManualClock>,
+}
+
+impl Direct {
+    pub fn new(policy: &Policy, start: u64) -> Self {
+        let clock = ManualClock::new(start);
+        let limiter = Limiter::with_clock(policy, clock.clone());
+        let lean = Limiter::with_clock(policy, clock.clone());
+        Direct { clock, limiter, lean }
+    }
+}
+
+impl Backend for Direct {
+    fn check(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.clock.set(now);
+        let got = self.limiter.check_n(cost);
+        if self.lean.allow_n(cost) != got.is_admitted() {
+            return Err(format!("allow_n disagrees with {got:?}"));
+        }
+        Ok(got)
+    }
+    fn peek(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.clock.set(now);
+        // Both limiters act on every reading: a peek, too, is a reading acted on.
+        self.lean.peek_n(cost);
+        Ok(self.limiter.peek_n(cost))
+    }
+}
+
+/// One key of a [`KeyedLimiter`] (other keys of its table are left alone), lean path in
+/// lockstep on another key.
+pub struct Keyed {
+    clock: ManualClock,
+    limiter: KeyedLimiter<str, ManualClock>,
+}
+
+impl Keyed {
+    pub fn new(policy: &Policy, start: u64) -> Self {
+        let clock = ManualClock::new(start);
+        Keyed { limiter: KeyedLimiter::with_clock(policy, 64, clock.clone()), clock }
+    }
+}
+
+impl Backend for Keyed {
+    fn check(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.clock.set(now);
+        let got = self.limiter.check_n("key", cost);
+        if self.limiter.allow_n("lean", cost) != got.is_admitted() {
+            return Err(format!("allow_n disagrees with {got:?}"));
+        }
+        Ok(got)
+    }
+    fn peek(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.clock.set(now);
+        self.limiter.peek_n("lean", cost);
+        Ok(self.limiter.peek_n("key", cost))
+    }
+}
+
+/// The pure decision ([`WordPolicy`]) on a [`State`] held here, at the running maximum of the
+/// readings (as the limiters decide), with [`WordPolicy::admit`] in lockstep.
+pub struct Pure {
+    policy: WordPolicy,
+    state: State,
+    latest: u64,
+}
+
+impl Pure {
+    /// `None` for a policy that is not one word (the sliding log).
+    pub fn new(policy: &Policy) -> Option<Self> {
+        Some(Pure { policy: WordPolicy::new(policy)?, state: State::FRESH, latest: 0 })
+    }
+}
+
+impl Backend for Pure {
+    fn check(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.latest = self.latest.max(now);
+        let now = Nanos::new(self.latest);
+        let (got, next) = self.policy.decide(self.state, now, cost);
+        if self.policy.admit(self.state, now, cost) != next {
+            return Err(format!("admit disagrees with {got:?}"));
+        }
+        if got.is_admitted() != next.is_some() {
+            return Err(format!("{got:?} came with the state {next:?}"));
+        }
+        self.state = next.unwrap_or(self.state);
+        Ok(got)
+    }
+    fn peek(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
+        self.latest = self.latest.max(now);
+        Ok(self.policy.peek(self.state, Nanos::new(self.latest), cost))
+    }
+}
+
+/// Run `ops` through every in-process backend ([`Direct`], [`Keyed`] and, for a one-word
+/// policy, [`Pure`]) and the model, comparing every field of every decision.
+pub fn run<M: Model>(policy: &Policy, model: M, start: u64, ops: &[Op]) -> Result<(), String> {
+    run_on("direct", Direct::new(policy, start), policy, model.clone(), start, ops)?;
+    run_on("keyed", Keyed::new(policy, start), policy, model.clone(), start, ops)?;
+    if let Some(pure) = Pure::new(policy) {
+        run_on("pure", pure, policy, model, start, ops)?;
+    }
+    Ok(())
+}
+
+/// Run `ops` through `backend` and the model, comparing every field of every decision.
 ///
-/// The limiter decides at the running maximum of its clock's readings (a reading earlier than
-/// one it has acted on is replaced by that one), so the model is given the running maximum.
-pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> Result<(), String> {
-    let clock = ManualClock::new(start);
-    let limiter = Limiter::with_clock(policy, clock.clone());
-    // The lean path, kept in lockstep: it must admit exactly what `check_n` admits.
-    let lean = Limiter::with_clock(policy, clock.clone());
+/// The limiters decide at the running maximum of their clock's readings (a reading earlier than
+/// one they have acted on is replaced by that one), so the model is given the running maximum.
+pub fn run_on<B: Backend, M: Model>(
+    name: &str,
+    mut backend: B,
+    policy: &Policy,
+    mut model: M,
+    start: u64,
+    ops: &[Op],
+) -> Result<(), String> {
     let horizon = policy.idle_horizon_ns().min(u128::from(i64::MAX as u64)) as u64;
     let mut now = start;
-    // The latest reading the limiter has acted on (none yet).
+    // The latest reading the backend has acted on (none yet).
     let mut latest = 0;
     // Exactness is promised while a key's silence (time since its state was last written) stays
-    // under the idle horizon; beyond it, see `beyond_the_horizon_is_only_stricter`.
+    // under the idle horizon; beyond it, decisions may only be stricter (tested on their own).
     let mut written = None::<u64>;
     for (i, op) in ops.iter().enumerate() {
         now = match op.gap {
@@ -453,25 +583,19 @@ pub fn run<M: Model>(policy: &Policy, mut model: M, start: u64, ops: &[Op]) -> R
                 let limit = written.map_or(u64::MAX, |w| w.saturating_add(horizon / 2));
                 now.saturating_add(g).min(limit.max(latest)).max(now).min(i64::MAX as u64)
             }
-            // Any step back: the limiter stays at the latest reading it acted on.
+            // Any step back: the backend stays at the latest reading it acted on.
             Gap::Back(g) => now.saturating_sub(g),
         };
         latest = latest.max(now);
-        clock.set(now);
-        let got = if op.peek { limiter.peek_n(op.cost) } else { limiter.check_n(op.cost) };
-        if op.peek {
-            // Both limiters act on every reading: a peek, too, is a reading acted on.
-            lean.peek_n(op.cost);
-        } else if lean.allow_n(op.cost) != got.is_admitted() {
-            return Err(format!("step {i} ({op:?}) at t={now}: allow_n disagrees with {got:?}"));
-        }
+        let got = if op.peek { backend.peek(now, op.cost) } else { backend.check(now, op.cost) };
+        let got = got.map_err(|e| format!("{name}: step {i} ({op:?}) at t={now}: {e}"))?;
         if !op.peek && got.is_admitted() {
             written = Some(written.map_or(latest, |w| w.max(latest)));
         }
         let want = expect(&mut model, latest.into(), op.cost.into(), !op.peek);
         if Expected::of(&got) != want {
             return Err(format!(
-                "step {i} ({op:?}) at t={now} (latest {latest}), policy `{policy}`:\n  got  {:?}\n  want {want:?}",
+                "{name}: step {i} ({op:?}) at t={now} (latest {latest}), policy `{policy}`:\n  got  {:?}\n  want {want:?}",
                 Expected::of(&got)
             ));
         }
