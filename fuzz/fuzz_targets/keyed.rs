@@ -30,7 +30,8 @@ struct Step {
 fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
     let Ok(policy) = text.parse::<Policy>() else { return };
     let clock = ManualClock::new(0);
-    let limiter = KeyedLimiter::<u8, _>::with_clock(&policy, 8, clock.clone()).on_full(OnFull::Refuse);
+    let limiter =
+        KeyedLimiter::<u8, _>::with_clock(&policy, 8, clock.clone()).on_full(OnFull::Refuse);
     assert_eq!(limiter.capacity(), 8);
     let scale = policy.window_ns().clamp(1, 1 << 40);
     let mut models: HashMap<u8, M> = HashMap::new();
@@ -61,7 +62,15 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
                 let needs_slot = !peek && e.outcome == ratewell::Outcome::Admitted;
                 if needs_slot && models.len() >= 8 {
                     let soonest = models.values().map(|m| common::reset_after(m, t)).min().unwrap();
-                    Expected { outcome: ratewell::Outcome::TableFull, limit: e.limit, remaining: 0, reset_after: soonest, retry_after: Some(soonest), delay: 0, replenish: Some(soonest) }
+                    Expected {
+                        outcome: ratewell::Outcome::TableFull,
+                        limit: e.limit,
+                        remaining: 0,
+                        reset_after: soonest,
+                        retry_after: Some(soonest),
+                        delay: 0,
+                        replenish: Some(soonest),
+                    }
                 } else {
                     if needs_slot {
                         models.insert(key, m);
@@ -70,8 +79,13 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
                 }
             }
         };
-        let got: Decision = if peek { limiter.peek_n(&key, cost) } else { limiter.check_n(&key, cost) };
-        assert_eq!(Expected::of(&got), want, "step {i} at t={now}, key {key}, cost {cost}, `{text}`");
+        let got: Decision =
+            if peek { limiter.peek_n(&key, cost) } else { limiter.check_n(&key, cost) };
+        assert_eq!(
+            Expected::of(&got),
+            want,
+            "step {i} at t={now}, key {key}, cost {cost}, `{text}`"
+        );
         assert!(limiter.metrics().keys <= 8);
     }
 }
@@ -81,7 +95,8 @@ fuzz_target!(|input: Input| {
     match input.which % 3 {
         0 => {
             let text = format!("fixed-window limit={n} window={}", text(d));
-            let model = common::Fixed { limit: n.into(), window: d.into(), first: false, state: None };
+            let model =
+                common::Fixed { limit: n.into(), window: d.into(), first: false, state: None };
             run(&text, model, &input.ops);
         }
         1 => {

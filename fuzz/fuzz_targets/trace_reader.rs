@@ -18,10 +18,15 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(parse_line(&again).unwrap().as_ref(), Some(&r));
                 if r.t < previous {
                     match reader.next() {
-                        Err(ReadError::Line { number: n, error: LineError::Decreasing { t, .. } }) => {
+                        Err(ReadError::Line {
+                            number: n,
+                            error: LineError::Decreasing { t, .. },
+                        }) => {
                             assert_eq!((n, t), (number, r.t));
                         }
-                        other => panic!("line {number} goes back in time, the reader said {other:?}"),
+                        other => {
+                            panic!("line {number} goes back in time, the reader said {other:?}")
+                        }
                     }
                     return;
                 }
@@ -32,7 +37,9 @@ fuzz_target!(|data: &[u8]| {
             Err(e) => {
                 let _ = e.to_string();
                 match reader.next() {
-                    Err(ReadError::Line { number: n, error }) => assert_eq!((n, error), (number, e)),
+                    Err(ReadError::Line { number: n, error }) => {
+                        assert_eq!((n, error), (number, e))
+                    }
                     other => panic!("line {number} is bad ({e}), the reader said {other:?}"),
                 }
                 return;
