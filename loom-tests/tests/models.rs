@@ -18,7 +18,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use ratewell::{Decision, KeyedLimiter, Limiter, ManualClock, Outcome, Policy};
-use ratewell_model::{Expected, Model, expect};
+use ratewell_model::{self as common, Expected, Model, expect};
 
 const S: u64 = 1_000_000_000;
 
