@@ -21,7 +21,7 @@
 //! algorithms as pure functions of `(configuration, state word, now, cost)`; one compare-exchange
 //! loop that applies a decision to an `AtomicU64`; the direct [`Limiter`] (one cache-padded word)
 //! and the [`KeyedLimiter`] (a bounded, sharded table with no lock on the hot path: see its docs
-//! and `src/table.rs` for the protocol); the [`Decision`] and its HTTP renderings; the [`Policy`]
+//! and `src/keyed/table.rs` for the protocol); the [`Decision`] and its HTTP renderings; the [`Policy`]
 //! grammar.
 //!
 //! # Guarantees

@@ -8,7 +8,7 @@
 //! read-modify-writes of one word are totally ordered (its modification order), each decision is
 //! computed from the value it replaces, and none is lost. The loads are `Acquire` only for the key
 //! table, whose slots can change owner: a load that sees a word installed for a new owner must also
-//! see the owner's key (see `table.rs`, *No ABA*). The loom models in `loom-tests/` check both.
+//! see the owner's key (see `keyed/table.rs`, *No ABA*). The loom models in `loom-tests/` check both.
 //!
 //! A rejection returns before any write, so a key under attack is only read: its cache line stays
 //! shared between cores.

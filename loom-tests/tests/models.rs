@@ -2,7 +2,8 @@
 //! insert, eviction, reclaim and reuse races.
 //!
 //! Each model asserts. Each is also shown to fail on a deliberately broken protocol, compiled only
-//! for that purpose with `--cfg ratewell_broken="..."`: under it, the models that must catch the
+//! for that purpose with `--cfg ratewell_broken="..."` (the variants of `src/broken/variants.txt`,
+//! implemented in `src/broken.rs`): under it, the models that must catch the
 //! break are `should_panic` (so the suite passes only if they do fail):
 //!
 //! | variant         | the break                                         | caught by |

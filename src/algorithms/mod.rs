@@ -1,8 +1,10 @@
 //! The algorithms as pure functions: `decide(config, word, now, cost) -> (Decision, Option<word>)`.
 //!
-//! No atomics, no clock, no allocation: this layer is what the unit tests, the property tests, the
-//! fuzz targets and the instruction-count benchmarks drive. Each module documents its packed word as
-//! a table; all of them share these conventions:
+//! No atomics, no clock, no allocation. Every one-word algorithm implements [`OneWord`]; the
+//! sliding log, whose state is a list, has its own small contract (`sliding_log.rs`). The public
+//! face of this layer is [`WordPolicy`](crate::WordPolicy), which the benchmarks, the model tests
+//! and other backends drive. Each module documents its packed word as a table; all of them share
+//! these conventions:
 //!
 //! - the word `0` is a *fresh* key (a full bucket, an empty window), so resetting a key is storing
 //!   `0`, and a key whose word is `0` can be forgotten without changing any decision;

@@ -8,6 +8,16 @@
 //!
 //! A reading earlier than the newest entry is taken at the newest entry's time (the later of the
 //! two), so the log stays sorted and no entry is dropped early.
+//!
+//! # Contract
+//!
+//! The sliding log's counterpart of [`OneWord`](super::OneWord), on a [`Log`] its caller keeps
+//! under a lock (the direct limiter's mutex, a shard of the keyed log table):
+//!
+//! - [`SlidingLog::decide`] decides and, when `commit` and admitted, logs the request (a peek
+//!   without `commit` writes nothing); the only method that writes;
+//! - [`SlidingLog::probe`] is the log's state at `now` as a decision that takes nothing;
+//! - [`SlidingLog::is_fresh`] says the log decides like an empty one (it may then be dropped).
 
 use std::collections::VecDeque;
 
