@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables of one criterion run of `benches/decisions.rs`, with the ratios benches/README.md quotes.
 
-  cargo bench --features internals --bench decisions -- --noplot | tee target/criterion.txt
+  cargo bench --bench decisions -- --noplot | tee target/criterion.txt
   python3 benches/criterion.py target/criterion.txt
 
 Ratios are only meaningful within one run (this machine is shared and drifts between runs).

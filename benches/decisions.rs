@@ -152,7 +152,7 @@ fn keyed(c: &mut Criterion) {
     // reclaimable ones), so every key stays present: every lookup is a hit.
     let text = "token-bucket capacity=1000000000 rate=1/s";
     for n in [1_000u64, 1_000_000, 10_000_000] {
-        // Four slots a key: every key present (no eviction before ~26% load; see table.rs).
+        // Four slots a key: every key present (no eviction before ~26% load; see src/keyed/table.rs).
         let limiter = KeyedLimiter::<u64>::new(&policy(text), 4 * n as usize);
         for k in 0..n {
             limiter.check(&k);

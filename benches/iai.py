@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Read iai-callgrind output (`cargo bench --features internals --bench instructions`).
+"""Read iai-callgrind output (`cargo bench --bench instructions`).
 
   iai.py summary OUTPUT           instructions per decision: (total of x2 - total of x1) / 1000
   iai.py check OUTPUT CEILINGS    fail if a total exceeds its ceiling (`name max` per line, `#`
@@ -61,7 +61,7 @@ def ceilings(found: dict) -> int:
     print("# Instruction ceilings for benches/instructions.rs (iai-callgrind, deterministic).")
     print("# Each is the total measured (setup + 1000 or 2000 decisions) plus 3%: a change that")
     print("# makes a decision more than a few instructions dearer fails .ci/run. Regenerate with:")
-    print("#   cargo bench --features internals --bench instructions > target/iai.txt")
+    print("#   cargo bench --bench instructions > target/iai.txt")
     print("#   python3 benches/iai.py ceilings target/iai.txt > benches/ceilings.txt")
     print("# governor's counts are measured for comparison, not gated.")
     for name in sorted(found):

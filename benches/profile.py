@@ -4,7 +4,7 @@
   profile.py NAME [--dir DIR] [--n N] [--top K]
 
 NAME is a benchmark without its `_x1`/`_x2` suffix (`keyed_allow.hit_1k`, `allow_manual.allowed`).
-Reads the callgrind outputs that `cargo bench --features internals --bench instructions` left
+Reads the callgrind outputs that `cargo bench --bench instructions` left
 under DIR (default `target/iai`) for the `x1` run (N decisions) and the `x2` run (2N), and prints
 `(x2 - x1) / N` for every function and every source line: what one decision costs, with the setup,
 the teardown and everything else the two runs share cancelled out. This is `callgrind_annotate`

@@ -3,8 +3,9 @@
 
 Streams the trace into the binary (nothing on disk) and reads the replay process's own high-water
 mark (VmHWM in /proc/PID/status) once all input is written, before the process exits (it waits for
-EOF on stdin), so the figure is the replay's alone. Reports the same for a 1-key table (the fixed
-overhead: binary, runtime, I/O buffers) and the difference per key of capacity.
+EOF on stdin), so the figure is the replay's alone. Reports the same for the same input through a
+1-key table (the fixed overhead: binary, runtime, I/O buffers, the copy of standard input it
+keeps for its eviction note) and the difference per key of capacity.
 Usage: python3 scripts/memory.py [path/to/ratewell]
 """
 
@@ -47,7 +48,7 @@ def peak_rss_kib(capacity: int, keys: int) -> int:
 
 
 def main() -> None:
-    base = peak_rss_kib(1, 1000)
+    base = peak_rss_kib(1, KEYS)
     full = peak_rss_kib(CAPACITY, KEYS)
     per_key = (full - base) * 1024 / CAPACITY
     print(f"fixed overhead (1-key table): {base} KiB")
