@@ -91,10 +91,17 @@ enum Backend {
     Logs(LogTable),
 }
 
-/// `$body` with `$store` bound to the limiter's [`Store`] (the one match on [`Backend`]).
+/// `$body` with `$store` bound to the limiter's [`Store`] (the one match on [`Backend`]);
+/// `mut` binds it mutably.
 macro_rules! with_store {
     ($limiter:expr, $store:ident => $body:expr) => {
         match &$limiter.backend {
+            Backend::Words($store) => $body,
+            Backend::Logs($store) => $body,
+        }
+    };
+    (mut $limiter:expr, $store:ident => $body:expr) => {
+        match &mut $limiter.backend {
             Backend::Words($store) => $body,
             Backend::Logs($store) => $body,
         }
@@ -264,10 +271,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             seed.rotate_left(16) ^ 0xa409_3822_299f_31d0,
         );
         let secret = self.hasher.hash_one(0x5eed_u64);
-        match &mut self.backend {
-            Backend::Words(t) => t.reseed(secret),
-            Backend::Logs(t) => t.reseed(secret),
-        }
+        with_store!(mut self, store => store.reseed(secret));
         self.registry.clear_overrides();
         self
     }
@@ -275,10 +279,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// What to do when a new key finds every candidate slot live (default: evict the one whose
     /// loss grants the least extra capacity).
     pub fn on_full(mut self, on_full: OnFull) -> Self {
-        match &mut self.backend {
-            Backend::Words(store) => store.set_on_full(on_full),
-            Backend::Logs(store) => store.set_on_full(on_full),
-        }
+        with_store!(mut self, store => store.set_on_full(on_full));
         self
     }
 
