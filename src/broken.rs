@@ -89,3 +89,18 @@ pub(crate) fn log_under_one_lock(
     }
     decision
 }
+
+/// The rollback of a rejected layered request (`layered.rs`).
+///
+/// - `no_refund`: the layers that admitted before the rejecting one keep their charges.
+pub(crate) fn refund_taken(
+    layers: &[crate::layered::LayerState],
+    receipts: &mut [Option<crate::keyed::Receipt>],
+    now: u64,
+) {
+    if cfg!(ratewell_broken = "no_refund") {
+        receipts.iter_mut().for_each(|r| *r = None);
+    } else {
+        crate::layered::refund_taken(layers, receipts, now)
+    }
+}

@@ -80,7 +80,7 @@ const LIMIT_MASK: u64 = (1 << SCALE_SHIFT) - 1;
 
 impl Decision {
     #[inline]
-    pub(crate) fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
+    pub(crate) const fn admitted(limit: u64, remaining: u64, reset_after: u64, delay: u64) -> Self {
         Decision { limit, remaining, per_outcome: ADMITTED, reset_after, wait: delay }
     }
 
@@ -137,6 +137,23 @@ impl Decision {
             per_outcome: (self.per_outcome & !PER_MASK) | (state.per_outcome & PER_MASK),
             wait: self.wait,
             ..state
+        }
+    }
+
+    /// `self`'s limit, remaining and replenish time with another outcome, reset time and wait
+    /// (the delay when admitted, the retry time when rejected): a layered decision's combination.
+    pub(crate) fn combined(self, outcome: Outcome, reset_after: u64, wait: u64) -> Self {
+        let bits = match outcome {
+            Outcome::Admitted => ADMITTED,
+            Outcome::Rejected => REJECTED,
+            Outcome::Impossible => IMPOSSIBLE,
+            Outcome::TableFull => TABLE_FULL,
+        };
+        Decision {
+            per_outcome: (self.per_outcome & PER_MASK) | bits,
+            reset_after,
+            wait,
+            ..self
         }
     }
 

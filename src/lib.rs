@@ -93,6 +93,7 @@ mod clock;
 mod decision;
 mod headers;
 mod keyed;
+mod layered;
 mod limiter;
 mod policy;
 mod state;
@@ -104,6 +105,10 @@ pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 pub use decision::{Decision, Outcome};
 pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull};
 pub use keyed::{IpKey, IpPrefixes};
+pub use layered::{
+    Absent, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter, LayersError, MAX_LAYERS,
+    OwnedReservation, Reservation,
+};
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};
 pub use word::{Nanos, State, WordPolicy};

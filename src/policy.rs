@@ -34,12 +34,15 @@ const MAX_NS: u64 = i64::MAX as u64;
 #[derive(Clone, Debug)]
 pub struct Policy {
     spec: Spec,
+    /// The `dry-run` flag: decide and account as when enforcing, but never reject (honoured by
+    /// [`LayeredLimiter`](crate::LayeredLimiter) and `ratewell replay`).
+    dry_run: bool,
     pub(crate) algorithm: Algorithm,
 }
 
 impl PartialEq for Policy {
     fn eq(&self, other: &Self) -> bool {
-        self.spec == other.spec
+        self.spec == other.spec && self.dry_run == other.dry_run
     }
 }
 
@@ -102,6 +105,8 @@ impl std::error::Error for PolicyError {}
 
 const ALGORITHMS: &str =
     "an algorithm: token-bucket, gcra, leaky-bucket, fixed-window, sliding-window or sliding-log";
+/// The flag that makes a policy advisory: see [`Policy::is_dry_run`].
+const DRY_RUN: &str = "dry-run";
 const COUNT: &str = "a whole number from 1 to 4294967295";
 const COUNT0: &str = "a whole number from 0 to 4294967295";
 const DURATION: &str =
@@ -146,6 +151,7 @@ impl<'a> Params<'a> {
 
     /// Reject every key and flag not in the lists.
     fn only(&self, keys: &[&str], flags: &[&str]) -> Result<(), PolicyError> {
+        let flags: Vec<&str> = flags.iter().copied().chain([DRY_RUN]).collect();
         for &(key, _, token) in &self.pairs {
             if !keys.contains(&key) {
                 let what = format!("one of the keys of {}: {}", self.algorithm, list(keys, "="));
@@ -154,11 +160,11 @@ impl<'a> Params<'a> {
         }
         for &flag in &self.flags {
             if !flags.contains(&flag) {
-                let what = if flags.is_empty() {
-                    format!("key=value (one of {})", list(keys, "="))
-                } else {
-                    format!("key=value or the flag {}", flags.join(", "))
-                };
+                let what = format!(
+                    "key=value (one of {}) or the flag {}",
+                    list(keys, "="),
+                    flags.join(" or ")
+                );
                 return Err(PolicyError::new(flag, what));
             }
         }
@@ -317,7 +323,17 @@ impl fmt::Display for Rate {
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.spec {
+        fmt::Display::fmt(&self.spec, f)?;
+        if self.dry_run {
+            write!(f, " {DRY_RUN}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Spec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Spec::TokenBucket { capacity, rate } => {
                 write!(f, "token-bucket capacity={capacity} rate={rate}")
             }
@@ -441,7 +457,7 @@ impl FromStr for Policy {
         };
         let algorithm =
             compile(&spec).map_err(|e| PolicyError::new(p.token_of(e.key), e.expected))?;
-        Ok(Policy { spec, algorithm })
+        Ok(Policy { spec, dry_run: p.has_flag(DRY_RUN), algorithm })
     }
 }
 
@@ -516,6 +532,34 @@ impl Policy {
         (u128::from(count), u128::from(period))
     }
 
+    /// `true` with the `dry-run` flag (nginx's `limit_req_dry_run`): the policy decides and
+    /// accounts exactly as when enforcing, but a [`LayeredLimiter`](crate::LayeredLimiter) does
+    /// not reject a request for it (its decision says the layer would have). [`Limiter`](crate::Limiter)
+    /// and [`KeyedLimiter`](crate::KeyedLimiter) report every decision as it is: a caller of those
+    /// that wants a dry run reads this flag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::Policy;
+    ///
+    /// let p: Policy = "fixed-window limit=10 window=1s dry-run".parse()?;
+    /// assert!(p.is_dry_run());
+    /// assert_eq!(p.to_string(), "fixed-window limit=10 window=1s dry-run");
+    /// assert_ne!(p, "fixed-window limit=10 window=1s".parse()?);
+    /// assert!("fixed-window limit=10 window=1s dry-run dry-run".parse::<Policy>().is_err());
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// The same policy, enforcing (`dry_run == false`) or advisory.
+    pub fn with_dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
     /// `true` for a leaky bucket that delays (not `nodelay`): its admitted decisions carry a delay.
     pub fn delays(&self) -> bool {
         matches!(self.spec, Spec::Leaky { delay: Some(_), .. })
@@ -554,10 +598,28 @@ mod tests {
             ("fixed-window limit=3 window=90s align=clock", "fixed-window limit=3 window=90s"),
             ("sliding-window limit=100 window=1500ms", "sliding-window limit=100 window=1500ms"),
             ("sliding-log limit=100 window=24h", "sliding-log limit=100 window=1d"),
+            ("sliding-log dry-run limit=1 window=1s", "sliding-log limit=1 window=1s dry-run"),
+            (
+                "leaky-bucket dry-run rate=1r/s nodelay",
+                "leaky-bucket rate=1r/s burst=0 nodelay dry-run",
+            ),
         ] {
             let p: Policy = input.parse().unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(p.to_string(), canonical);
             assert_eq!(canonical.parse::<Policy>().unwrap(), p);
         }
+    }
+
+    #[test]
+    fn dry_run_is_a_flag_of_every_algorithm_once() {
+        let e = "fixed-window limit=1 window=1s dry-run dry-run".parse::<Policy>().unwrap_err();
+        assert_eq!((e.token(), e.expected()), ("dry-run", "`dry-run` only once"));
+        let e = "fixed-window limit=1 window=1s dryrun".parse::<Policy>().unwrap_err();
+        assert_eq!(e.token(), "dryrun");
+        assert!(e.expected().contains("dry-run"), "{e}");
+        let e = "leaky-bucket rate=1r/s dry-run=yes".parse::<Policy>().unwrap_err();
+        assert_eq!(e.token(), "dry-run=yes");
+        assert!(!"gcra burst=1 rate=1/s".parse::<Policy>().unwrap().is_dry_run());
+        assert!("gcra burst=1 rate=1/s dry-run".parse::<Policy>().unwrap().is_dry_run());
     }
 }

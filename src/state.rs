@@ -42,6 +42,54 @@ pub(crate) trait Report: Sized {
     fn refused(limit: u64, retry_after: u64) -> Self;
     /// The report of a decision made in full (the sliding log's).
     fn from_decision(decision: Decision) -> Self;
+    /// The report of a decision made in full with what taking it back needs (the keyed sliding
+    /// log's).
+    #[inline]
+    fn from_taken(taken: Taken) -> Self {
+        Self::from_decision(taken.decision)
+    }
+    /// The report of a decision on a key stored under the registry's policy `idx`.
+    #[inline(always)]
+    fn owned_by(self, _idx: u8) -> Self {
+        self
+    }
+}
+
+/// A decision, with what taking it back needs when it was admitted: the report of the layered
+/// limiter, which may have to refund it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    pub(crate) decision: Decision,
+    /// `(before, after)`: the state the admission replaced and the one it stored (for the
+    /// sliding log, `after` is the time of the request's entry).
+    pub(crate) charge: Option<(u64, u64)>,
+    /// The registry's index of the policy the key was decided under.
+    pub(crate) idx: u8,
+}
+
+impl Report for Taken {
+    #[inline(always)]
+    fn decide<A: OneWord>(algorithm: &A, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let (decision, next) = algorithm.decide_inline(word, now, cost);
+        (Taken { decision, charge: next.map(|next| (word, next)), idx: 0 }, next)
+    }
+    fn decide_cold(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let (decision, next) = algorithm.decide(word, now, cost);
+        (Taken { decision, charge: next.map(|next| (word, next)), idx: 0 }, next)
+    }
+    fn refused(limit: u64, retry_after: u64) -> Self {
+        Taken { decision: Decision::table_full(limit, retry_after), charge: None, idx: 0 }
+    }
+    fn from_decision(decision: Decision) -> Self {
+        Taken { decision, charge: None, idx: 0 }
+    }
+    fn from_taken(taken: Taken) -> Self {
+        taken
+    }
+    #[inline(always)]
+    fn owned_by(self, idx: u8) -> Self {
+        Taken { idx, ..self }
+    }
 }
 
 impl Report for Decision {
@@ -119,6 +167,24 @@ pub(crate) fn apply_masked<R>(
             Err(actual) => current = actual,
         }
     }
+}
+
+/// Take back a charge of `cost` that turned the unmasked state `before` into `after`, on the
+/// word storing `state ^ mask` (see [`crate::algorithms::OneWord::refund`]); `false` if
+/// `still_ours` said the word changed owner (the key is gone: nothing to give back).
+pub(crate) fn refund_masked(
+    algorithm: &Algorithm,
+    word: &AtomicU64,
+    mask: u64,
+    still_ours: impl Fn() -> bool,
+    now: u64,
+    (before, after, cost): (u64, u64, u32),
+) -> bool {
+    let give_back = |w: u64| {
+        let next = algorithm.refund(w, now, before, after, cost);
+        ((), (next != w).then_some(next))
+    };
+    matches!(cas(give_back, word, mask, still_ours), Applied::Done(()))
 }
 
 /// The direct limiter's case: an unmasked word that never changes owner, of a one-word

@@ -621,3 +621,302 @@ pub fn duration_text(ns: u64) -> String {
     }
     format!("{ns}ns")
 }
+
+/// Any algorithm's model, for layered scenarios whose layers mix algorithms.
+#[derive(Clone, Debug)]
+pub enum AnyModel {
+    Gcra(Gcra),
+    Leaky(Leaky),
+    Nginx(Nginx),
+    Discrete(Discrete),
+    Fixed(Fixed),
+    Sliding(Sliding),
+    Log(Log),
+}
+
+macro_rules! any_model {
+    ($m:expr, $x:ident => $body:expr) => {
+        match $m {
+            AnyModel::Gcra($x) => $body,
+            AnyModel::Leaky($x) => $body,
+            AnyModel::Nginx($x) => $body,
+            AnyModel::Discrete($x) => $body,
+            AnyModel::Fixed($x) => $body,
+            AnyModel::Sliding($x) => $body,
+            AnyModel::Log($x) => $body,
+        }
+    };
+}
+
+impl Model for AnyModel {
+    fn limit(&self) -> u128 {
+        any_model!(self, m => m.limit())
+    }
+    fn step(&mut self, now: u128, cost: u128) -> Verdict {
+        any_model!(self, m => m.step(now, cost))
+    }
+    fn is_full(&self, now: u128) -> bool {
+        any_model!(self, m => m.is_full(now))
+    }
+}
+
+/// A small policy of algorithm `kind` (0..7: token bucket, discrete bucket, leaky bucket,
+/// delaying leaky bucket, `compat=nginx`, fixed window (`align=first` for odd `variant`),
+/// sliding window, sliding log), with limits from 1 to 4 and periods around a second, and its
+/// model; `dry_run` adds the flag.
+pub fn small_layer(kind: u8, limit: u8, variant: u8, dry_run: bool) -> (Policy, AnyModel) {
+    const S: u128 = 1_000_000_000;
+    let n = u128::from(limit % 4 + 1);
+    let period = [S, 1_500_000_000, 250_000_000, 7 * S][usize::from(variant % 4)];
+    let p = duration_text(period as u64);
+    let (text, model) = match kind % 8 {
+        0 => (
+            format!("token-bucket capacity={n} rate={}/{p}", variant % 3 + 1),
+            AnyModel::Gcra(Gcra { capacity: n, count: u128::from(variant % 3 + 1), period, tat: None }),
+        ),
+        1 => (
+            format!("token-bucket capacity={n} refill={} every={p}", variant % 2 + 1),
+            AnyModel::Discrete(Discrete {
+                capacity: n,
+                refill: u128::from(variant % 2 + 1),
+                every: period,
+                state: None,
+            }),
+        ),
+        2 => (
+            format!("leaky-bucket rate=1/{p} burst={} nodelay", n - 1),
+            AnyModel::Leaky(Leaky { burst: n - 1, count: 1, period, delay: None, state: None }),
+        ),
+        3 => (
+            format!("leaky-bucket rate=2/{p} burst={} delay={}", n, variant % 2),
+            AnyModel::Leaky(Leaky {
+                burst: n,
+                count: 2,
+                period,
+                delay: Some(u128::from(variant % 2)),
+                state: None,
+            }),
+        ),
+        4 => (
+            format!("leaky-bucket rate=3/s burst={} nodelay compat=nginx", n - 1),
+            AnyModel::Nginx(Nginx::new(3, S, n - 1, None)),
+        ),
+        5 => (
+            format!(
+                "fixed-window limit={n} window={p}{}",
+                if variant % 2 == 1 { " align=first" } else { "" }
+            ),
+            AnyModel::Fixed(Fixed { limit: n, window: period, first: variant % 2 == 1, state: None }),
+        ),
+        6 => (
+            format!("sliding-window limit={n} window={p}"),
+            AnyModel::Sliding(Sliding { limit: n, window: period, state: (0, 0, 0) }),
+        ),
+        _ => (
+            format!("sliding-log limit={n} window={p}"),
+            AnyModel::Log(Log { limit: n, window: period, entries: vec![] }),
+        ),
+    };
+    let text = if dry_run { format!("{text} dry-run") } else { text };
+    let policy = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+    (policy, model)
+}
+
+/// One step of a layered scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct LayeredOp {
+    /// Forward by this many ns.
+    pub gap: u64,
+    /// Layer `i`'s key is `keys[i] % 3` (`None`: the layer is skipped), or with `one_key`, every
+    /// layer uses `keys[0]`.
+    pub keys: [Option<u8>; 2],
+    pub one_key: bool,
+    pub cost: u32,
+    pub action: Action,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `check`: decided and kept.
+    Check,
+    /// `reserve`, then cancel at the same instant: exact, as if never asked (only the decision
+    /// is compared).
+    CancelNow,
+    /// `reserve` and hold the reservation (kept, like a check, until released).
+    Hold,
+    /// Cancel the oldest reservation held, now: the scenario then checks the refund's bound and
+    /// ends.
+    Release,
+}
+
+/// The naive layered model of docs/SEMANTICS.md, *Layered limits*: each layer's model per key;
+/// a request is admitted iff every enforcing layer's model admits it, and then charged to every
+/// layer that admits it (dry-run layers included), else to none.
+struct Layers {
+    models: Vec<Vec<AnyModel>>,
+    fresh: Vec<AnyModel>,
+    dry: Vec<bool>,
+    /// Every charge kept: `(now, layer, key, cost, request)`.
+    history: Vec<(u128, usize, usize, u128, usize)>,
+}
+
+impl Layers {
+    /// The layers' models with request `skip`'s charges left out (every other charge replayed;
+    /// `None` if one of them would not be admitted without it).
+    fn without(&self, skip: usize) -> Option<Vec<Vec<AnyModel>>> {
+        let mut models: Vec<Vec<AnyModel>> =
+            self.fresh.iter().map(|m| vec![m.clone(); 3]).collect();
+        for &(now, layer, key, cost, request) in &self.history {
+            if request == skip {
+                continue;
+            }
+            if !matches!(models[layer][key].step(now, cost), Verdict::Admitted { .. }) {
+                return None;
+            }
+        }
+        Some(models)
+    }
+}
+
+/// Drive a layered scenario through [`ratewell::LayeredLimiter`] and the naive model; the first
+/// difference, or a refund that restores more than the request took, as an error.
+pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) -> Result<(), String> {
+    use ratewell::{Absent, Layer, LayerKey, LayeredLimiter};
+    let clock = ManualClock::new(start);
+    let layers: Vec<Layer> =
+        specs.iter().enumerate().map(|(i, (p, _))| Layer::new(format!("l{i}"), p).capacity(64)).collect();
+    let limiter = LayeredLimiter::with_clock(layers, clock.clone()).map_err(|e| e.to_string())?;
+    let mut model = Layers {
+        models: specs.iter().map(|(_, m)| vec![m.clone(); 3]).collect(),
+        fresh: specs.iter().map(|(_, m)| m.clone()).collect(),
+        dry: specs.iter().map(|(p, _)| p.is_dry_run()).collect(),
+        history: vec![],
+    };
+    let names = ["a", "b", "c"];
+    let mut held = std::collections::VecDeque::new();
+    let mut now = u128::from(start);
+    for (step, op) in ops.iter().enumerate() {
+        now = (now + u128::from(op.gap)).min(1 << 62);
+        clock.set(now as u64);
+        let keys: Vec<Option<usize>> = (0..specs.len())
+            .map(|i| if op.one_key { op.keys[0] } else { op.keys[i % 2] }.map(|k| usize::from(k % 3)))
+            .collect();
+        let key_refs: Vec<&dyn LayerKey> =
+            keys.iter().map(|k| k.map_or(&Absent as &dyn LayerKey, |k| &names[k])).collect();
+        let at = |what: &str| format!("step {step} ({op:?}) at {now}: {what}");
+        if op.action == Action::Release {
+            let Some((reservation, request)) = held.pop_front() else { continue };
+            drop(reservation);
+            return check_refund(&limiter, &clock, &model, request, now, &names).map_err(|e| at(&e));
+        }
+        // The model's decision.
+        let cost = u128::from(op.cost.max(1));
+        let verdicts: Vec<Option<Verdict>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k.map(|k| model.models[i][k].clone().step(now, cost)))
+            .collect();
+        let admitted = verdicts.iter().zip(&model.dry).all(|(v, &dry)| {
+            dry || v.is_none_or(|v| matches!(v, Verdict::Admitted { .. }))
+        });
+        let keep = admitted && op.action != Action::CancelNow;
+        let mut expected = vec![None; specs.len()];
+        for (i, k) in keys.iter().enumerate() {
+            let Some(k) = *k else { continue };
+            let takes = admitted && matches!(verdicts[i], Some(Verdict::Admitted { .. }));
+            let mut m = model.models[i][k].clone();
+            expected[i] = Some(expect(&mut m, now, cost, takes));
+            if takes && keep {
+                model.models[i][k] = m;
+                model.history.push((now, i, k, cost, step));
+            }
+        }
+        // The library's.
+        let decision = match op.action {
+            Action::Check => limiter.check(&key_refs, op.cost).map_err(|e| at(&e.to_string()))?,
+            _ => {
+                let r = limiter.reserve(&key_refs, op.cost).map_err(|e| at(&e.to_string()))?;
+                let d = *r.decision();
+                if op.action == Action::Hold && d.is_admitted() {
+                    held.push_back((r, step));
+                }
+                d
+            }
+        };
+        if decision.is_admitted() != admitted {
+            return Err(at(&format!("admitted {}, the model says {admitted}: {decision:?}", decision.is_admitted())));
+        }
+        for (i, e) in expected.iter().enumerate() {
+            let got = decision.layer(i).map(Expected::of);
+            if got != *e {
+                return Err(at(&format!("layer {i}: {got:?}, the model expects {e:?}")));
+            }
+            let would = decision.would_reject().any(|j| j == i);
+            let expect_would = model.dry[i] && e.is_some_and(|e| e.outcome != Outcome::Admitted);
+            if would != expect_would {
+                return Err(at(&format!("layer {i}: would_reject {would}")));
+            }
+        }
+        // The combination: over the enforcing layers that decided.
+        let enforcing: Vec<&Expected> =
+            expected.iter().zip(&model.dry).filter(|(_, d)| !**d).filter_map(|(e, _)| e.as_ref()).collect();
+        if let Some(least) = enforcing.iter().min_by_key(|e| e.remaining) {
+            let c = Expected::of(decision.decision());
+            let worst = enforcing.iter().map(|e| e.outcome).max_by_key(|o| match o {
+                Outcome::Impossible => 3,
+                Outcome::Rejected => 2,
+                Outcome::TableFull => 1,
+                _ => 0,
+            });
+            let retry = enforcing.iter().filter_map(|e| e.retry_after).max();
+            let want = (
+                worst,
+                least.remaining,
+                enforcing.iter().map(|e| e.reset_after).max().unwrap_or(0),
+                if worst == Some(Outcome::Impossible) { None } else { retry },
+                if admitted { enforcing.iter().map(|e| e.delay).max().unwrap_or(0) } else { 0 },
+            );
+            let got = (Some(c.outcome), c.remaining, c.reset_after, c.retry_after, c.delay);
+            if got != want {
+                return Err(at(&format!("combined {got:?}, expected {want:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After the refund of `request` at `now`: every layer's state, at `now` and at later instants,
+/// holds no more than the model without the request (when that model admits every other
+/// charge), and no less than the model with it.
+fn check_refund(
+    limiter: &ratewell::LayeredLimiter<ManualClock>,
+    clock: &ManualClock,
+    model: &Layers,
+    request: usize,
+    now: u128,
+    names: &[&str; 3],
+) -> Result<(), String> {
+    let Some(without) = model.without(request) else { return Ok(()) };
+    let largest = |m: &AnyModel, at: u128| remaining_at(m, at);
+    for wait in [0u128, 1, 1_000_000, 250_000_000, 1_000_000_000, 1_500_000_000, 7_000_000_000] {
+        let at = now + wait;
+        clock.set(at as u64);
+        for (i, per_key) in without.iter().enumerate() {
+            for (k, name) in names.iter().enumerate() {
+                let peek = limiter.peek(&[name as &dyn ratewell::LayerKey], 1).map_err(|e| e.to_string())?;
+                let got = u128::from(peek.layer(i).map_or(0, |d| d.remaining()));
+                let most = largest(&per_key[k], at);
+                let least = largest(&model.models[i][k], at);
+                // `align=first` windows move with the request: without it, a later window can be
+                // stricter than with it, and a refund may then give nothing back.
+                if got > most.max(least) || got < least.min(most) {
+                    return Err(format!(
+                        "after the refund of step {request}, layer {i} key {name} at +{wait} ns \
+                         has {got} remaining: the model has {least} with the request, {most} without"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

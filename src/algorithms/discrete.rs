@@ -138,6 +138,23 @@ impl OneWord for Discrete {
         let (tokens, k) = self.tokens(word, now);
         self.until_fills(k, self.capacity - tokens, now)
     }
+
+    /// With `a` tokens left by the charge and `F` tokens of fills due since, the charged and the
+    /// uncharged history differ by `c` until a fill caps the uncharged one at `B`; after a fill
+    /// that left the charged bucket at `x`, by at most `B - x`, and `x <= a + F`. So
+    /// `min(c, B - a - F)` (and never beyond full) comes back: all of it before the next fill,
+    /// less as fills arrive.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let (tokens, k) = self.tokens(word, now);
+        let deficit = charged >> self.index_bits;
+        let left = self.capacity.saturating_sub(deficit);
+        let gap = wrap_diff(k, charged & low_mask(self.index_bits), self.index_bits).max(0);
+        let fills = u128::from(self.refill) * gap as u128;
+        let room = u128::from(self.capacity - left).saturating_sub(fills) as u64;
+        let back = cost.min(room).min(self.capacity - tokens);
+        let deficit = self.capacity - (tokens + back);
+        if deficit == 0 { 0 } else { (deficit << self.index_bits) | (k & low_mask(self.index_bits)) }
+    }
 }
 
 #[cfg(test)]

@@ -144,6 +144,26 @@ impl OneWord for Fixed {
         let (count, end, _) = self.window(word, now);
         if count == 0 { 0 } else { end }
     }
+
+    /// A charge counts in its window only: while that window is open, its cost comes off the
+    /// count (exact); once it has ended nothing is left to give back. Under `align=first` a window
+    /// opened by the charge itself ends where it would not have without it, so the charge comes
+    /// back only while it is alone in its window (the key is then fresh again); the window's
+    /// later requests keep it otherwise.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let (count, _, low) = self.window(word, now);
+        let mask = low_mask(self.low_bits);
+        if count == 0 || low != charged & mask {
+            return word;
+        }
+        let back = cost.min(count);
+        if self.align == Align::First && charged >> self.low_bits == cost {
+            // The charge opened the window.
+            return if count == back { 0 } else { word };
+        }
+        let count = count - back;
+        if count == 0 { 0 } else { (count << self.low_bits) | low }
+    }
 }
 
 #[cfg(test)]

@@ -175,6 +175,23 @@ impl OneWord for Gcra {
     fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.to_ns(self.debt_plus_one(word, now).1)
     }
+
+    /// The part of the charge not yet refilled at `now`: the charge took the stretch
+    /// `[A - c*T, A)` of the TAT line (`A` the TAT it stored), and refill reaches its end last,
+    /// so `min(c*T, max(0, A - now))` is unpaid. Later admissions only push the TAT further, and a
+    /// request at `t` maps `TAT -> max(TAT, t) + c'*T`, which never narrows the gap between the
+    /// charged and the uncharged history below that unpaid part (`max(TAT, t) - max(TAT', t) >=
+    /// max(0, A - t)` when `TAT >= A`): subtracting it never mints. A charge refilled in full has
+    /// nothing left to take back.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let (now2, debt_1) = self.debt_plus_one(word, now);
+        // `charged - now2` is `2(A - now)*N' + 1` (charged is occupied, so odd).
+        let end_1 = charged.wrapping_sub(now2) as i64;
+        let charge = cost.saturating_mul(self.d2).min(self.cap2_plus_one);
+        let unpaid = if charged & 1 == 0 { 0 } else { (end_1 - 1).clamp(0, charge as i64) as u64 };
+        let left_1 = debt_1.saturating_sub(unpaid).max(1);
+        if left_1 == 1 { 0 } else { now2.wrapping_add(left_1) }
+    }
 }
 
 #[cfg(test)]

@@ -132,6 +132,21 @@ impl OneWord for Leaky {
     fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.to_ns(self.backlog(word, now).1)
     }
+
+    /// GCRA's argument with the backlog `max(0, TAT + T - now)` for the debt: the charge added
+    /// the top `c*T` of the backlog, which drains last, so `min(c*T, backlog of the charged TAT)`
+    /// is still unpaid at `now` and is what comes back. A backlog of 0 is a fresh key.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let (now_x, backlog) = self.backlog(word, now);
+        let charge = cost.saturating_mul(self.d).min(self.cap + self.d);
+        let unpaid = self.backlog(charged, now).1.min(charge);
+        let left = backlog - unpaid.min(backlog);
+        if left == 0 {
+            return 0;
+        }
+        // TAT = now + left - T, read back by `backlog` as `left`.
+        OCCUPIED | (now_x.wrapping_add(left).wrapping_sub(self.d) & X_MASK)
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,23 @@ pub(crate) trait OneWord {
     /// The longest gap between two decisions on a key over which every decision is exact.
     fn idle_horizon_ns(&self) -> u128;
 
+    /// The state `word` at `now` with a charge of `cost` taken back, the charge having stored
+    /// `charged` (the word its admission wrote) and other decisions having changed the state
+    /// since (when nothing did, [`refund`](Self::refund) restores the word before the charge).
+    ///
+    /// The contract: the result holds at most what the state would hold had the charge never
+    /// been admitted (with every other admission kept), at any later instant and under any later
+    /// requests; and never more than a fresh key. Each algorithm documents how much it restores.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64;
+
+    /// Take back a charge of `cost` that turned `before` into `after`, from the state `word` at
+    /// `now`: exactly `before` while the word is still `after` (nothing happened since, or only
+    /// charges that were taken back exactly), else [`give_back`](Self::give_back).
+    #[inline]
+    fn refund(&self, word: u64, now: u64, before: u64, after: u64, cost: u64) -> u64 {
+        if word == after { before } else { self.give_back(word, now, after, cost) }
+    }
+
     /// The decision, and the word to store if admitted.
     #[inline(never)]
     fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
@@ -218,6 +235,11 @@ impl Algorithm {
     /// indistinguishable from a fresh key's and may be dropped.
     pub(crate) fn reset_after(&self, word: u64, now: u64) -> u64 {
         dispatch!(self, a => a.reset_after(word, now))
+    }
+
+    /// [`OneWord::refund`] on a one-word algorithm.
+    pub(crate) fn refund(&self, word: u64, now: u64, before: u64, after: u64, cost: u32) -> u64 {
+        dispatch!(self, a => a.refund(word, now, before, after, u64::from(cost)))
     }
 
     /// The longest gap between two decisions on a key over which every decision is exact.

@@ -225,6 +225,30 @@ impl OneWord for Nginx {
     fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.reset(&self.leak(word, now / MS), now)
     }
+
+    /// The leaky bucket's argument in nginx's units: the charge added the top `c*1000`
+    /// milli-requests of the excess (a new key counts from -1000, where its first request is
+    /// free), which leak last; what of them is left at `now`, `min(c*1000, max(0, A - leak + 1000))`
+    /// with `A` the excess it stored and the leak counted from its `last`, comes off the stored
+    /// excess (at most all of it), `last` unchanged: every later leak is the one the state
+    /// would see anyway. A key leaked to `-1000` or below is a new key.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let now_ms = now / MS;
+        if word & OCCUPIED == 0 {
+            return word;
+        }
+        let unpaid = match self.leak(charged, now_ms).leaked {
+            Some(top) => (top + 1000).clamp(0, i128::from(cost.min(self.burst + 1)) * 1000),
+            None => 0,
+        } as u64;
+        let excess = (word >> EXCESS_SHIFT) & EXCESS_MASK;
+        let left = excess - unpaid.min(excess);
+        let word = OCCUPIED | (left << EXCESS_SHIFT) | (word & LAST_MASK);
+        match self.leak(word, now_ms).leaked {
+            Some(potential) if potential <= -1000 => 0,
+            _ => word,
+        }
+    }
 }
 
 #[cfg(test)]

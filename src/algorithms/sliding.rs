@@ -188,6 +188,25 @@ impl OneWord for Sliding {
     fn reset_after(&self, word: u64, now: u64) -> u64 {
         self.reset(&self.at(word, now), now)
     }
+
+    /// A charge counts in its window's count: in the current window (`cur`) or, one window on,
+    /// in `prev`; its cost comes off whichever holds it (exact, since the estimate is a function
+    /// of the two counts). Two windows on, nothing is left to give back.
+    fn give_back(&self, word: u64, now: u64, charged: u64, cost: u64) -> u64 {
+        let mut at = self.at(word, now);
+        let index = low_mask(self.index_bits);
+        match wrap_diff(at.k & index, charged & index, self.index_bits) {
+            0 => at.cur -= cost.min(at.cur),
+            1 => at.prev -= cost.min(at.prev),
+            _ => return word,
+        }
+        if at.prev == 0 && at.cur == 0 {
+            return 0;
+        }
+        (at.prev << (self.index_bits + self.count_bits))
+            | (at.cur << self.index_bits)
+            | (at.k & index)
+    }
 }
 
 #[cfg(test)]

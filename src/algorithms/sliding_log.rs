@@ -69,8 +69,14 @@ impl SlidingLog {
     /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
     /// between the newest entry and this one still sees every entry it should.
     pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
-        let (decision, admit) = self.evaluate(log, now, u64::from(cost), commit);
-        let Some(Admit { expired, live, at }) = admit else { return decision };
+        if commit { self.take(log, now, cost).0 } else { self.evaluate(log, now, u64::from(cost), false).0 }
+    }
+
+    /// Decide and log the request if admitted; the time of its entry (what
+    /// [`give_back`](Self::give_back) needs) when it was.
+    pub(crate) fn take(&self, log: &mut Log, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let (decision, admit) = self.evaluate(log, now, u64::from(cost), true);
+        let Some(Admit { expired, live, at }) = admit else { return (decision, None) };
         let cost = u64::from(cost);
         log.entries.drain(..expired);
         log.total = live + cost;
@@ -83,7 +89,21 @@ impl SlidingLog {
                 log.entries.push_back((at, cost));
             }
         }
-        decision
+        (decision, Some(at))
+    }
+
+    /// Take back an admission of `cost` logged at `at`: its cost comes off that entry, if the
+    /// log still holds it (exact: the log is then the one without the admission); an entry
+    /// already dropped has nothing left to give back.
+    pub(crate) fn give_back(&self, log: &mut Log, at: u64, cost: u64) {
+        let Ok(i) = log.entries.binary_search_by_key(&at, |&(t, _)| t) else { return };
+        let entry = &mut log.entries[i].1;
+        let back = cost.min(*entry);
+        *entry -= back;
+        log.total -= back;
+        if *entry == 0 {
+            log.entries.remove(i);
+        }
     }
 
     /// The log as it is at `now`, as a decision that takes nothing (impossible).

@@ -36,8 +36,8 @@ use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
 use crate::keyed::table::{CapacityError, MAX_CAPACITY, OnFull, TableStats};
-use crate::keyed::{Store, shard_count};
-use crate::state::Report;
+use crate::keyed::{Receipt, Store, shard_count};
+use crate::state::{Report, Taken};
 use crate::sync::{Mutex, MutexGuard, lock};
 
 /// Keys examined from the head of a full shard's list for one new key.
@@ -189,17 +189,29 @@ impl LogShard {
         self.free = i;
     }
 
-    /// Decide on node `i`'s log, keeping the byte count and the order.
-    fn decide_at(&mut self, i: u32, a: &SlidingLog, now: u64, cost: u32, commit: bool) -> Decision {
+    /// Decide on node `i`'s log, keeping the byte count and the order; with `commit`, the
+    /// time of the entry an admission logged.
+    fn decide_at(
+        &mut self,
+        i: u32,
+        a: &SlidingLog,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> (Decision, Option<u64>) {
         let node = &mut self.nodes[i as usize];
         let before = log_bytes(&node.log);
-        let decision = a.decide(&mut node.log, now, cost, commit);
+        let (decision, at) = if commit {
+            a.take(&mut node.log, now, cost)
+        } else {
+            (a.decide(&mut node.log, now, cost, false), None)
+        };
         let after = log_bytes(&node.log);
         self.entry_bytes = self.entry_bytes - before + after;
-        if commit && decision.is_admitted() {
+        if at.is_some() {
             self.touch(i);
         }
-        decision
+        (decision, at)
     }
 }
 
@@ -217,12 +229,30 @@ impl LogTable {
         cost: u32,
         commit: bool,
     ) -> Decision {
+        self.take(policies, hash, now, cost, commit).decision
+    }
+
+    /// [`run`](Self::run), reporting what taking an admission back needs.
+    fn take<P: Policies>(
+        &self,
+        policies: &P,
+        hash: u64,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Taken {
+        let taken = |(decision, at): (Decision, Option<u64>), idx: u8| Taken {
+            decision,
+            charge: at.map(|at| (0, at)),
+            idx,
+        };
         // A key present under a live policy: decided under the shard lock alone.
         {
             let mut shard = self.shard(hash);
             if let Some(&i) = shard.index.get(&hash) {
-                if let Some(a) = sliding_log(policies, shard.nodes[i as usize].idx) {
-                    return shard.decide_at(i, a, now, cost, commit);
+                let idx = shard.nodes[i as usize].idx;
+                if let Some(a) = sliding_log(policies, idx) {
+                    return taken(shard.decide_at(i, a, now, cost, commit), idx);
                 }
             }
         }
@@ -240,21 +270,21 @@ impl LogTable {
                 // Its log carries over (the entries are the requests the key made), read under
                 // the current policy.
                 shard.nodes[i as usize].idx = idx;
-                return shard.decide_at(i, algorithm, now, cost, commit);
+                return taken(shard.decide_at(i, algorithm, now, cost, commit), idx);
             }
             let decision = algorithm.decide(&mut Log::default(), now, cost, false);
             if !commit || !decision.is_admitted() {
-                return decision;
+                return taken((decision, None), idx);
             }
             if shard.len() >= self.per_shard {
                 if let Some(refused) = self.make_room(policies, &mut shard, now, decision.limit()) {
-                    return refused;
+                    return taken((refused, None), idx);
                 }
             }
             let mut log = Log::default();
-            let decision = algorithm.decide(&mut log, now, cost, true);
+            let decided = algorithm.take(&mut log, now, cost);
             shard.insert(hash, idx, log, self.per_shard);
-            return decision;
+            return taken(decided, idx);
         }
     }
 
@@ -344,7 +374,19 @@ impl Store for LogTable {
 
     #[inline]
     fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R {
-        R::from_decision(self.run(policies, hash, now, cost, true))
+        let taken = self.take(policies, hash, now, cost, true);
+        R::from_taken(taken)
+    }
+
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, _now: u64) {
+        let mut shard = self.shard(receipt.hash);
+        let Some(&i) = shard.index.get(&receipt.hash) else { return };
+        let node = &mut shard.nodes[i as usize];
+        if node.idx != receipt.idx {
+            return;
+        }
+        let Some(a) = sliding_log(policies, node.idx) else { return };
+        a.give_back(&mut node.log, receipt.after, u64::from(receipt.cost));
     }
 
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {

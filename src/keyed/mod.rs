@@ -23,7 +23,7 @@ use self::table::{MAX_CAPACITY, Table, TableStats};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::state::Report;
+use crate::state::{Report, Taken};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -71,6 +71,8 @@ pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
     /// The latest reading acted on (see [`Clock::MONOTONIC`]).
     floor: CachePadded<Floor>,
     counts: Counts,
+    /// Admissions taken back (a slow path: one plain counter).
+    refunds: std::sync::atomic::AtomicU64,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -114,6 +116,9 @@ macro_rules! with_store {
 pub(crate) trait Store {
     /// Decide a request for the key and take it if admitted: the hot path.
     fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R;
+    /// Take back an admission made by [`decide`](Self::decide) with the report `Taken`, if the
+    /// key still holds state under the same policy (see `OneWord::refund`).
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64);
     /// Decide without taking anything, reporting the key's state as it is (a new key stays
     /// absent, decided as a fresh one).
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision;
@@ -136,6 +141,17 @@ pub(crate) trait Store {
     /// Bytes of per-key storage now.
     fn memory_bytes(&self) -> u64;
     fn stats(&self) -> TableStats;
+}
+
+/// What taking back one admission on a keyed limiter needs: the key, the policy it was decided
+/// under, the state before and after (for the sliding log, the time of its entry), and the cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Receipt {
+    pub(crate) hash: u64,
+    pub(crate) idx: u8,
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+    pub(crate) cost: u32,
 }
 
 /// Shards for a table of `capacity` keys: about 1024 keys a shard, a power of two, at most 256.
@@ -163,6 +179,9 @@ pub struct Metrics {
     pub admitted: u64,
     /// Rejected and impossible decisions (`check`, not `peek`).
     pub rejected: u64,
+    /// Admissions taken back by a [`LayeredLimiter`](crate::LayeredLimiter) (another layer
+    /// rejected the request, or a reservation was cancelled); they stay counted in `admitted`.
+    pub refunds: u64,
 }
 
 impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
@@ -237,6 +256,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             clock,
             floor: CachePadded::new(Floor::default()),
             counts: Counts::new(),
+            refunds: std::sync::atomic::AtomicU64::new(0),
             _key: PhantomData,
         })
     }
@@ -338,6 +358,41 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let now = self.floor.now(&self.clock);
         let cost = cost.max(1);
         with_store!(self, store => store.peek(&self.registry, hash, now, cost))
+    }
+
+    /// The hasher the table knows keys by.
+    #[inline]
+    pub(crate) fn hasher(&self) -> &ahash::RandomState {
+        &self.hasher
+    }
+
+    /// Decide a request of `cost` (at least 1) at `now` for the key hashed `hash`, counted in the
+    /// metrics, and what taking it back needs if it was admitted.
+    #[inline]
+    pub(crate) fn take_hashed(&self, hash: u64, now: u64, cost: u32) -> (Decision, Option<Receipt>) {
+        let taken: Taken =
+            with_store!(self, store => store.decide::<Taken, _>(&self.registry, hash, now, cost));
+        self.counts.record(taken.decision.is_admitted());
+        let receipt = taken.charge.map(|(before, after)| Receipt {
+            hash,
+            idx: taken.idx,
+            before,
+            after,
+            cost,
+        });
+        (taken.decision, receipt)
+    }
+
+    /// [`peek_n`](Self::peek_n) for the key hashed `hash` at `now`.
+    #[inline]
+    pub(crate) fn peek_hashed(&self, hash: u64, now: u64, cost: u32) -> Decision {
+        with_store!(self, store => store.peek(&self.registry, hash, now, cost))
+    }
+
+    /// Take back the admission of `receipt` at `now`.
+    pub(crate) fn refund_at(&self, receipt: &Receipt, now: u64) {
+        with_store!(self, store => store.refund(&self.registry, receipt, now));
+        self.refunds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     #[inline]
@@ -474,6 +529,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             refused: stats.refused,
             admitted,
             rejected,
+            refunds: self.refunds.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

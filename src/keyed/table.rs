@@ -94,8 +94,8 @@ use crossbeam_utils::CachePadded;
 use crate::algorithms::convert;
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
-use crate::keyed::{Store, shard_count};
-use crate::state::{Applied, Report, apply_algorithm};
+use crate::keyed::{Receipt, Store, shard_count};
+use crate::state::{Applied, Report, apply_algorithm, refund_masked};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -335,7 +335,7 @@ impl Table {
     ) -> Option<R> {
         let still_ours = || slot.key.load(Ordering::Acquire) == key;
         match apply_algorithm(algorithm, &slot.state, self.mask(key), still_ours, now, cost) {
-            Applied::Done(report) => Some(report),
+            Applied::Done(report) => Some(R::owned_by(report, (key >> FP_BITS) as u8)),
             Applied::Moved => None,
         }
     }
@@ -402,7 +402,7 @@ impl Table {
                     slot.state.store(next ^ self.mask(new_key), Ordering::Release);
                     slot.key.store(new_key, Ordering::Release);
                     shard.len.fetch_add(1, Ordering::Relaxed);
-                    return Some(decision);
+                    return Some(decision.owned_by(idx));
                 }
                 Choice::Occupied { slot, key, stored, lossless } => {
                     if !self.replace(slot, key, stored, new_key, next) {
@@ -410,7 +410,7 @@ impl Table {
                     }
                     let counter = if lossless { &shard.reclaims } else { &shard.evictions };
                     counter.fetch_add(1, Ordering::Relaxed);
-                    return Some(decision);
+                    return Some(decision.owned_by(idx));
                 }
                 Choice::Refuse { retry_after } => {
                     shard.refused.fetch_add(1, Ordering::Relaxed);
@@ -602,6 +602,19 @@ impl Store for Table {
                 return algorithm.peek(stored ^ self.mask(key), now, cost);
             }
         }
+    }
+
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64) {
+        let place = self.place(receipt.hash);
+        // A key gone (evicted, reset) or moved to another policy since has nothing to take back.
+        let Some((slot, key)) = self.find(place) else { return };
+        if (key >> FP_BITS) as u8 != receipt.idx {
+            return;
+        }
+        let Some(algorithm) = policies.algorithm(receipt.idx) else { return };
+        let still_ours = || slot.key.load(Ordering::Acquire) == key;
+        let charge = (receipt.before, receipt.after, receipt.cost);
+        refund_masked(algorithm, &slot.state, self.mask(key), still_ours, now, charge);
     }
 
     /// Forget the key at `place`: its next request is decided as a fresh key's.

@@ -1,0 +1,702 @@
+//! Layered limits: one request checked against several limits, admitted by all of them or
+//! charged to none.
+//!
+//! # The protocol
+//!
+//! A [`LayeredLimiter`] holds up to [`MAX_LAYERS`] layers, each a policy with its own key table
+//! (a [`KeyedLimiter`]). A request of cost `c` with one key per layer (or one key for every
+//! layer: bands on one key) is decided at one instant `now`, layers in order:
+//!
+//! 1. **Take** on the layer: the keyed limiter's own decision, one compare-exchange on the key's
+//!    state word when it admits, nothing written when it rejects. An admission leaves a
+//!    *receipt*: the key, the state word before and after the exchange, the cost.
+//! 2. A **dry-run** layer that would reject is charged nothing (its decision wrote nothing) and
+//!    the request goes on; its rejection is recorded.
+//! 3. An enforcing layer that rejects ends the taking: every receipt taken so far is **refunded**,
+//!    latest first, and the remaining layers are only peeked (read), so that the decision reports
+//!    every layer's verdict and the largest wait. A rejection by the first layer writes nothing.
+//!
+//! So an admitted request costs one compare-exchange a layer, no lock (but a sliding log's) and
+//! no allocation: receipts and per-layer decisions live in fixed arrays of [`MAX_LAYERS`].
+//!
+//! # Refund
+//!
+//! A refund is a compare-exchange loop on the key's word (see `OneWord::refund` in
+//! `src/algorithms/mod.rs`): while the word still holds what the charge stored, it goes back to
+//! the word before the charge, exactly; when other decisions changed it since, the algorithm
+//! gives back what of the charge is still outstanding, never more than the state would hold had
+//! the charge not been admitted (every other admission kept), and never more than a fresh key.
+//! A key evicted from its table (or reset, or moved to another policy) since its charge has
+//! nothing to give back.
+//!
+//! # What holds under concurrency
+//!
+//! - **No layer ever admits more than its policy allows.** Every charge is a decision of the layer
+//!   at its instant, and a refund only returns capacity that charge took: at every instant each
+//!   layer's state is at least as strict as the sequence of its unrefunded admissions requires.
+//! - **No refund is lost.** A refund is a compare-exchange loop like a decision: it retries on a
+//!   changed word, so a concurrent charge and a refund of the same key both apply.
+//! - **All or nothing.** A request is admitted only if every enforcing layer admitted it at its
+//!   turn; a rejected request keeps no charge once its refunds are done.
+//! - What can differ from a sequential order: between a charge and its refund, another request
+//!   sharing that key sees the capacity taken, and may be rejected where a sequential order would
+//!   have admitted it. Such a rejection is the price of taking without locks; the capacity comes
+//!   back with the refund.
+//!
+//! The loom model `layered_refunds_are_never_lost` in `loom-tests/` runs two requests on two
+//! layers sharing a key through every interleaving, and the broken variant `no_refund` (a
+//! rejection that keeps the earlier layers' charges) is caught by it.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::clock::{Clock, Floor, ManualClock, QuantaClock};
+use crate::decision::{Decision, Outcome};
+use crate::keyed::{CapacityError, KeyedLimiter, Metrics, Receipt};
+use crate::policy::Policy;
+
+/// The most layers a [`LayeredLimiter`] holds: enough for a client address, an API key, a route
+/// and several bands, small enough that a request's receipts and decisions stay in fixed arrays
+/// on the stack.
+pub const MAX_LAYERS: usize = 8;
+
+/// The key table of a layer unless [`Layer::capacity`] says otherwise.
+const DEFAULT_CAPACITY: usize = 100_000;
+
+/// One layer of a [`LayeredLimiter`]: a name (the item name of its `RateLimit` fields), a policy,
+/// and the capacity of its key table.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    name: String,
+    policy: Policy,
+    capacity: usize,
+}
+
+impl Layer {
+    /// A layer named `name` deciding by `policy`, with a table of 100,000 keys.
+    pub fn new(name: impl Into<String>, policy: &Policy) -> Self {
+        Layer { name: name.into(), policy: policy.clone(), capacity: DEFAULT_CAPACITY }
+    }
+
+    /// The same layer with a key table of `capacity` keys (see [`KeyedLimiter`]).
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+}
+
+/// Why a [`LayeredLimiter`] cannot be built, or a request not decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LayersError {
+    /// No layer at all.
+    NoLayers,
+    /// More layers than [`MAX_LAYERS`].
+    TooManyLayers {
+        /// How many were given.
+        layers: usize,
+    },
+    /// Two layers with the same name (their `RateLimit` items could not be told apart).
+    DuplicateName(String),
+    /// A layer's key table cannot be built.
+    Capacity {
+        /// The layer's name.
+        layer: String,
+        /// Why.
+        error: CapacityError,
+    },
+    /// A request gave neither one key nor one key per layer.
+    KeyCount {
+        /// Keys given.
+        keys: usize,
+        /// Layers.
+        layers: usize,
+    },
+}
+
+impl fmt::Display for LayersError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayersError::NoLayers => f.write_str("a layered limiter needs at least one layer"),
+            LayersError::TooManyLayers { layers } => {
+                write!(f, "{layers} layers: a layered limiter holds at most {MAX_LAYERS}")
+            }
+            LayersError::DuplicateName(name) => write!(f, "two layers are named {name:?}"),
+            LayersError::Capacity { layer, error } => write!(f, "layer {layer:?}: {error}"),
+            LayersError::KeyCount { keys, layers } => write!(
+                f,
+                "{keys} keys for {layers} layers: give one key for every layer, or one per layer"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LayersError {}
+
+/// Hashes a layer's key the way that layer's table does (see [`LayerKey`]).
+pub struct KeyHasher<'a>(&'a ahash::RandomState);
+
+impl KeyHasher<'_> {
+    /// The hash of `key` in this layer's table.
+    #[inline]
+    pub fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
+        self.0.hash_one(key)
+    }
+}
+
+/// A key of one layer of a request: any [`Hash`] value (a `&str` API key, an
+/// [`IpKey`](crate::IpKey), a route), or [`Absent`] to skip the layer for this request.
+///
+/// Each layer hashes its key with its own table's seed, so keys of different types may be mixed
+/// in one request: `&[&ip, &api_key, &route]`. As in [`KeyedLimiter`], hash the same type for the
+/// same key (`&str` and `String` hash alike).
+pub trait LayerKey {
+    /// The key's hash in a layer's table, or `None` to skip the layer.
+    fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64>;
+}
+
+impl<T: Hash + ?Sized> LayerKey for T {
+    #[inline]
+    fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+        Some(hasher.hash(self))
+    }
+}
+
+/// The key of a layer that does not apply to a request (an anonymous request on an API-key
+/// layer): the layer is skipped, charged nothing and reported as skipped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Absent;
+
+impl LayerKey for Absent {
+    #[inline]
+    fn key_hash(&self, _: &KeyHasher<'_>) -> Option<u64> {
+        None
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct LayerState {
+    name: String,
+    policy: Policy,
+    /// The layer's table; its clock is never read (the layered limiter decides every layer at
+    /// one instant of its own clock).
+    table: KeyedLimiter<(), ManualClock>,
+}
+
+/// The admissions a request holds, to take back: one receipt per layer at most.
+#[derive(Clone, Copy, Debug, Default)]
+struct Receipts([Option<Receipt>; MAX_LAYERS]);
+
+impl Receipts {
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+}
+
+/// Several limits on one request, all or nothing: per client address, per API key, per route,
+/// or several bands on one key (`10/s` and `1000/h`). See the module documentation of
+/// `src/layered.rs` for the protocol and what it guarantees under concurrency.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{Absent, Layer, LayeredLimiter, ManualClock, Policy};
+///
+/// let layers = vec![
+///     Layer::new("ip", &"token-bucket capacity=3 rate=1/s".parse::<Policy>()?),
+///     Layer::new("key", &"fixed-window limit=100 window=1h".parse::<Policy>()?),
+///     Layer::new("search", &"fixed-window limit=1 window=1m".parse::<Policy>()?),
+/// ];
+/// let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))?;
+/// let ip = "192.0.2.7";
+/// // The route's budget admits one search a minute.
+/// assert!(limiter.check(&[&ip, &"k-123", &"/search"], 1)?.is_admitted());
+/// let d = limiter.check(&[&ip, &"k-123", &"/search"], 1)?;
+/// assert!(!d.is_admitted());
+/// assert_eq!(d.decided_by(), Some(2));
+/// // ... and the rejected search charged neither the address nor the API key.
+/// assert_eq!(limiter.peek(&[&ip, &"k-123", &"/search"], 1)?.layer(0).unwrap().remaining(), 2);
+/// // An anonymous request skips the API-key layer.
+/// assert!(limiter.check(&[&ip, &Absent, &"/"], 1)?.is_admitted());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct LayeredLimiter<C: Clock = QuantaClock> {
+    layers: Box<[LayerState]>,
+    clock: C,
+    floor: CachePadded<Floor>,
+}
+
+impl LayeredLimiter<QuantaClock> {
+    /// A layered limiter of `layers`, in order, on the TSC clock.
+    pub fn new(layers: Vec<Layer>) -> Result<Self, LayersError> {
+        Self::with_clock(layers, QuantaClock::new())
+    }
+}
+
+// The rollback of a rejected request: this or, compiled with `--cfg ratewell_broken="..."`, the
+// deliberately broken one of that name (`broken.rs`), for the loom models to catch.
+#[cfg(not(ratewell_broken_protocol))]
+use self::refund_taken as rollback;
+#[cfg(ratewell_broken_protocol)]
+use crate::broken::refund_taken as rollback;
+
+/// Take back every admission in `receipts` at `now`, latest first, and forget them.
+pub(crate) fn refund_taken(layers: &[LayerState], receipts: &mut [Option<Receipt>], now: u64) {
+    for (layer, receipt) in layers.iter().zip(receipts.iter_mut()).rev() {
+        if let Some(receipt) = receipt.take() {
+            layer.table.refund_at(&receipt, now);
+        }
+    }
+}
+
+impl<C: Clock> LayeredLimiter<C> {
+    /// A layered limiter of `layers`, in order, reading time from `clock`; or why not: no layer,
+    /// more than [`MAX_LAYERS`], two with one name, a table that cannot be built.
+    pub fn with_clock(layers: Vec<Layer>, clock: C) -> Result<Self, LayersError> {
+        if layers.is_empty() {
+            return Err(LayersError::NoLayers);
+        }
+        if layers.len() > MAX_LAYERS {
+            return Err(LayersError::TooManyLayers { layers: layers.len() });
+        }
+        for (i, layer) in layers.iter().enumerate() {
+            if layers[..i].iter().any(|other| other.name == layer.name) {
+                return Err(LayersError::DuplicateName(layer.name.clone()));
+            }
+        }
+        let layers = layers
+            .into_iter()
+            .map(|Layer { name, policy, capacity }| {
+                match KeyedLimiter::try_with_clock(&policy, capacity, ManualClock::new(0)) {
+                    Ok(table) => Ok(LayerState { name, policy, table }),
+                    Err(error) => Err(LayersError::Capacity { layer: name, error }),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LayeredLimiter {
+            layers: layers.into_boxed_slice(),
+            clock,
+            floor: CachePadded::new(Floor::default()),
+        })
+    }
+
+    /// The number of layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Always `false`: a layered limiter has at least one layer.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Layer `i`'s name.
+    pub fn name(&self, i: usize) -> Option<&str> {
+        self.layers.get(i).map(|l| l.name.as_str())
+    }
+
+    /// Layer `i`'s policy.
+    pub fn policy(&self, i: usize) -> Option<&Policy> {
+        self.layers.get(i).map(|l| &l.policy)
+    }
+
+    /// Layer `i`'s metrics (admissions taken back are in [`Metrics::refunds`]).
+    pub fn metrics(&self, i: usize) -> Option<Metrics> {
+        self.layers.get(i).map(|l| l.table.metrics())
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Decide a request of `cost` (0 is taken as 1) with `keys` (one for every layer, or one per
+    /// layer in order) and charge every layer if all admit.
+    #[inline]
+    pub fn check(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<LayeredDecision, LayersError> {
+        let (decision, _) = self.take(keys, cost, true)?;
+        Ok(decision)
+    }
+
+    /// Whether a request is admitted, charging every layer if so: [`check`](Self::check)
+    /// without the report, which stops at the first enforcing layer that rejects (the layers
+    /// after it are not even peeked).
+    #[inline]
+    pub fn allow(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<bool, LayersError> {
+        let (decision, _) = self.take(keys, cost, false)?;
+        Ok(decision.is_admitted())
+    }
+
+    /// Decide without taking anything: every layer's peek (its state as it is), combined as a
+    /// decision is.
+    pub fn peek(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<LayeredDecision, LayersError> {
+        let now = self.floor.now(&self.clock);
+        let cost = cost.max(1);
+        let mut out = LayeredDecision::new(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let Some(hash) = self.hash(i, keys)? else {
+                out.skipped |= 1 << i;
+                continue;
+            };
+            out.record(i, layer, layer.table.peek_hashed(hash, now, cost));
+        }
+        out.finish();
+        Ok(out)
+    }
+
+    /// Take now, settle later: the request's charge on every layer, held by a [`Reservation`]
+    /// that [`commit`](Reservation::commit)s it, or takes it back on
+    /// [`cancel`](Reservation::cancel) or when dropped uncommitted (the work never ran: a
+    /// cancelled future, an upstream that failed before sending anything). A rejected request's
+    /// reservation holds nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Layer, LayeredLimiter, ManualClock, Policy};
+    ///
+    /// let layers = vec![Layer::new("api", &"fixed-window limit=1 window=1m".parse::<Policy>()?)];
+    /// let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))?;
+    /// let reservation = limiter.reserve(&[&"alice"], 1)?;
+    /// assert!(reservation.decision().is_admitted());
+    /// drop(reservation); // never committed: the charge comes back
+    /// let reservation = limiter.reserve(&[&"alice"], 1)?;
+    /// assert!(reservation.decision().is_admitted());
+    /// reservation.commit();
+    /// assert!(!limiter.check(&[&"alice"], 1)?.is_admitted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<Reservation<'_, C>, LayersError> {
+        let (decision, receipts) = self.take(keys, cost, true)?;
+        Ok(Reservation { limiter: self, receipts, decision })
+    }
+
+    /// [`reserve`](Self::reserve) holding the limiter by an [`Arc`], for a reservation that
+    /// outlives the borrow (one kept in a `'static` future).
+    pub fn reserve_owned(
+        self: &Arc<Self>,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+    ) -> Result<OwnedReservation<C>, LayersError> {
+        let (decision, receipts) = self.take(keys, cost, true)?;
+        Ok(OwnedReservation { limiter: Arc::clone(self), receipts, decision })
+    }
+
+    /// The hash of layer `i`'s key, `None` when it is absent.
+    #[inline]
+    fn hash(&self, i: usize, keys: &[&dyn LayerKey]) -> Result<Option<u64>, LayersError> {
+        let key = match keys.len() {
+            1 => keys[0],
+            n if n == self.layers.len() => keys[i],
+            n => return Err(LayersError::KeyCount { keys: n, layers: self.layers.len() }),
+        };
+        Ok(key.key_hash(&KeyHasher(self.layers[i].table.hasher())))
+    }
+
+    /// The protocol of the module documentation. With `report`, the layers after a rejecting
+    /// one are peeked and the layers refunded are peeked again, so that every layer's decision
+    /// is its state's.
+    #[inline]
+    fn take(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+        report: bool,
+    ) -> Result<(LayeredDecision, Receipts), LayersError> {
+        let now = self.floor.now(&self.clock);
+        let cost = cost.max(1);
+        let mut out = LayeredDecision::new(self.layers.len());
+        let mut receipts = Receipts::default();
+        let mut hashes = [0u64; MAX_LAYERS];
+        let mut rejected_at = None;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let Some(hash) = self.hash(i, keys)? else {
+                out.skipped |= 1 << i;
+                continue;
+            };
+            hashes[i] = hash;
+            if rejected_at.is_some() {
+                out.record(i, layer, layer.table.peek_hashed(hash, now, cost));
+                continue;
+            }
+            let (decision, receipt) = layer.table.take_hashed(hash, now, cost);
+            out.record(i, layer, decision);
+            if decision.is_admitted() || layer.policy.is_dry_run() {
+                receipts.0[i] = receipt;
+                continue;
+            }
+            rollback(&self.layers[..i], &mut receipts.0[..i], now);
+            rejected_at = Some(i);
+            if !report {
+                out.finish_at(i);
+                return Ok((out, receipts));
+            }
+        }
+        if let Some(r) = rejected_at {
+            // The layers before it were charged and refunded: report their state now.
+            for (i, layer) in self.layers[..r].iter().enumerate() {
+                if out.skipped & (1 << i) == 0 {
+                    out.record(i, layer, layer.table.peek_hashed(hashes[i], now, cost));
+                }
+            }
+        }
+        out.finish();
+        Ok((out, receipts))
+    }
+
+    /// Take back the admissions of a reservation, at the current instant.
+    fn refund(&self, receipts: &mut Receipts) {
+        if receipts.is_empty() {
+            return;
+        }
+        let now = self.floor.now(&self.clock);
+        refund_taken(&self.layers, &mut receipts.0, now);
+    }
+
+    /// The `RateLimit-Policy` field: one item per layer, in order, named by the layer
+    /// (draft-ietf-httpapi-ratelimit-headers; see [`Policy::ratelimit_policy_field`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Layer, LayeredLimiter, ManualClock, Policy};
+    ///
+    /// let layers = vec![
+    ///     Layer::new("burst", &"token-bucket capacity=10 rate=10/s".parse::<Policy>()?),
+    ///     Layer::new("daily", &"fixed-window limit=10000 window=1d".parse::<Policy>()?),
+    /// ];
+    /// let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))?;
+    /// assert_eq!(limiter.ratelimit_policy_field(), r#""burst";q=10;w=1, "daily";q=10000;w=86400"#);
+    /// let d = limiter.check(&[&"alice"], 1)?;
+    /// assert_eq!(limiter.ratelimit_field(&d), r#""burst";r=9;t=1, "daily";r=9999;t=86400"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ratelimit_policy_field(&self) -> String {
+        let items: Vec<String> =
+            self.layers.iter().map(|l| l.policy.ratelimit_policy_field(&l.name)).collect();
+        items.join(", ")
+    }
+
+    /// The `RateLimit` field of a decision of this limiter: one item per layer that decided it
+    /// (skipped layers have none), named by the layer.
+    pub fn ratelimit_field(&self, decision: &LayeredDecision) -> String {
+        let items: Vec<String> = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| decision.layer(i).map(|d| d.ratelimit_field(&l.name)))
+            .collect();
+        items.join(", ")
+    }
+}
+
+/// The decision on a request of a [`LayeredLimiter`]: the combined verdict, and each layer's own
+/// decision.
+///
+/// Combined (over the enforcing layers that decided; dry-run layers are reported only per layer
+/// and in [`would_reject`](Self::would_reject)): impossible if any layer finds the cost
+/// impossible, else rejected if any rejects (or finds its table full), else admitted. Its
+/// `limit` and `remaining` are the layer's with the least remaining (the first on ties); its
+/// `reset_after` the largest; its `retry_after` the largest over the rejecting layers; its
+/// `delay` the largest. A request whose every layer was skipped is admitted, with nothing
+/// remaining and nothing to wait for.
+#[derive(Clone, Copy, Debug)]
+pub struct LayeredDecision {
+    layers: [Decision; MAX_LAYERS],
+    len: u8,
+    /// Bit `i`: layer `i` was skipped (its key absent).
+    skipped: u8,
+    /// Bit `i`: layer `i` is a dry run.
+    dry_run: u8,
+    /// Bit `i`: layer `i` is a dry run that would have rejected.
+    would_reject: u8,
+    decided_by: Option<u8>,
+    combined: Decision,
+}
+
+const NOTHING: Decision = Decision::admitted(0, 0, 0, 0);
+
+impl LayeredDecision {
+    #[inline]
+    fn new(len: usize) -> Self {
+        LayeredDecision {
+            layers: [NOTHING; MAX_LAYERS],
+            len: len as u8,
+            skipped: 0,
+            dry_run: 0,
+            would_reject: 0,
+            decided_by: None,
+            combined: NOTHING,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, i: usize, layer: &LayerState, decision: Decision) {
+        self.layers[i] = decision;
+        if layer.policy.is_dry_run() {
+            self.dry_run |= 1 << i;
+            if !decision.is_admitted() {
+                self.would_reject |= 1 << i;
+            }
+        }
+    }
+
+    /// The lean path's end: rejected by layer `i`, nothing else computed.
+    #[inline]
+    fn finish_at(&mut self, i: usize) {
+        self.decided_by = Some(i as u8);
+        self.combined = self.layers[i];
+    }
+
+    /// Combine the layers' decisions (see the type's documentation).
+    #[inline]
+    fn finish(&mut self) {
+        let mut least: Option<usize> = None;
+        let mut first_rejecting: Option<(usize, Outcome)> = None;
+        let (mut reset, mut delay, mut retry) = (0u64, 0u64, 0u64);
+        for i in 0..usize::from(self.len) {
+            if (self.skipped | self.dry_run) & (1 << i) != 0 {
+                continue;
+            }
+            let d = &self.layers[i];
+            if least.is_none_or(|l| d.remaining() < self.layers[l].remaining()) {
+                least = Some(i);
+            }
+            reset = reset.max(d.reset_after_ns());
+            delay = delay.max(d.delay_ns());
+            if let Some(wait) = d.retry_after_ns() {
+                retry = retry.max(wait);
+            }
+            let outcome = d.outcome();
+            let rank = |o: Outcome| match o {
+                Outcome::Impossible => 3,
+                Outcome::Rejected => 2,
+                Outcome::TableFull => 1,
+                _ => 0,
+            };
+            if rank(outcome) > first_rejecting.map_or(0, |(_, o)| rank(o)) {
+                first_rejecting = Some((i, outcome));
+            }
+        }
+        let Some(least) = least else {
+            self.combined = NOTHING;
+            return;
+        };
+        let base = self.layers[least];
+        let (by, outcome, wait) = match first_rejecting {
+            None => (least, Outcome::Admitted, delay),
+            Some((i, Outcome::Impossible)) => (i, Outcome::Impossible, 0),
+            Some((i, outcome)) => (i, outcome, retry),
+        };
+        self.decided_by = Some(by as u8);
+        self.combined = base.combined(outcome, reset, wait);
+    }
+
+    /// The combined decision (see the type's documentation): what to answer the request.
+    pub fn decision(&self) -> &Decision {
+        &self.combined
+    }
+
+    /// `true` if every enforcing layer admitted the request (it was charged to all of them).
+    pub fn is_admitted(&self) -> bool {
+        self.combined.is_admitted()
+    }
+
+    /// The combined outcome.
+    pub fn outcome(&self) -> Outcome {
+        self.combined.outcome()
+    }
+
+    /// The layer that decided: for a rejection, the first enforcing layer that rejected it (or
+    /// found it impossible: that layer first); for an admission, the one with the least
+    /// remaining. `None` when every layer was skipped or is a dry run.
+    pub fn decided_by(&self) -> Option<usize> {
+        self.decided_by.map(usize::from)
+    }
+
+    /// Layer `i`'s own decision; `None` for a layer skipped (its key absent), one beyond the
+    /// limiter's, or (from [`LayeredLimiter::allow`]'s lean path) one not reached.
+    pub fn layer(&self, i: usize) -> Option<&Decision> {
+        (i < usize::from(self.len) && self.skipped & (1 << i) == 0).then(|| &self.layers[i])
+    }
+
+    /// The dry-run layers that would have rejected the request (indices, in order).
+    pub fn would_reject(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..usize::from(self.len)).filter(|i| self.would_reject & (1 << i) != 0)
+    }
+
+    /// Whether layer `i` was skipped (its key absent).
+    pub fn is_skipped(&self, i: usize) -> bool {
+        self.skipped & (1 << i) != 0
+    }
+
+    /// The `Retry-After` value of the combined decision (see [`Decision::retry_after_header`]).
+    pub fn retry_after_header(&self) -> Option<String> {
+        self.combined.retry_after_header()
+    }
+}
+
+/// A request's charge on every layer of a [`LayeredLimiter`], not yet settled: see
+/// [`LayeredLimiter::reserve`]. Dropping it uncommitted takes the charge back.
+#[derive(Debug)]
+#[must_use = "dropping a reservation takes its charge back; commit it if the work ran"]
+pub struct Reservation<'a, C: Clock = QuantaClock> {
+    limiter: &'a LayeredLimiter<C>,
+    receipts: Receipts,
+    decision: LayeredDecision,
+}
+
+impl<C: Clock> Reservation<'_, C> {
+    /// The decision the reservation was taken with.
+    pub fn decision(&self) -> &LayeredDecision {
+        &self.decision
+    }
+
+    /// Keep the charge: the work ran.
+    pub fn commit(mut self) {
+        self.receipts = Receipts::default();
+    }
+
+    /// Take the charge back now (what dropping does).
+    pub fn cancel(self) {}
+}
+
+impl<C: Clock> Drop for Reservation<'_, C> {
+    fn drop(&mut self) {
+        self.limiter.refund(&mut self.receipts);
+    }
+}
+
+/// [`Reservation`] holding its limiter by an [`Arc`]: see [`LayeredLimiter::reserve_owned`].
+#[derive(Debug)]
+#[must_use = "dropping a reservation takes its charge back; commit it if the work ran"]
+pub struct OwnedReservation<C: Clock = QuantaClock> {
+    limiter: Arc<LayeredLimiter<C>>,
+    receipts: Receipts,
+    decision: LayeredDecision,
+}
+
+impl<C: Clock> OwnedReservation<C> {
+    /// The decision the reservation was taken with.
+    pub fn decision(&self) -> &LayeredDecision {
+        &self.decision
+    }
+
+    /// Keep the charge: the work ran.
+    pub fn commit(mut self) {
+        self.receipts = Receipts::default();
+    }
+
+    /// Take the charge back now (what dropping does).
+    pub fn cancel(self) {}
+}
+
+impl<C: Clock> Drop for OwnedReservation<C> {
+    fn drop(&mut self) {
+        self.limiter.refund(&mut self.receipts);
+    }
+}
