@@ -149,12 +149,7 @@ impl Decision {
             Outcome::Impossible => IMPOSSIBLE,
             Outcome::TableFull => TABLE_FULL,
         };
-        Decision {
-            per_outcome: (self.per_outcome & PER_MASK) | bits,
-            reset_after,
-            wait,
-            ..self
-        }
+        Decision { per_outcome: (self.per_outcome & PER_MASK) | bits, reset_after, wait, ..self }
     }
 
     #[inline]

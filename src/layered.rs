@@ -73,12 +73,20 @@ pub struct Layer {
     name: String,
     policy: Policy,
     capacity: usize,
+    seed: Option<u64>,
 }
 
 impl Layer {
     /// A layer named `name` deciding by `policy`, with a table of 100,000 keys.
     pub fn new(name: impl Into<String>, policy: &Policy) -> Self {
-        Layer { name: name.into(), policy: policy.clone(), capacity: DEFAULT_CAPACITY }
+        Layer { name: name.into(), policy: policy.clone(), capacity: DEFAULT_CAPACITY, seed: None }
+    }
+
+    /// The same layer with its keys hashed from `seed`: reproducible evictions (see
+    /// [`KeyedLimiter::seeded`], and its caveat for keys clients choose).
+    pub fn seeded(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 
     /// The same layer with a key table of `capacity` keys (see [`KeyedLimiter`]).
@@ -270,9 +278,15 @@ impl<C: Clock> LayeredLimiter<C> {
         }
         let layers = layers
             .into_iter()
-            .map(|Layer { name, policy, capacity }| {
+            .map(|Layer { name, policy, capacity, seed }| {
                 match KeyedLimiter::try_with_clock(&policy, capacity, ManualClock::new(0)) {
-                    Ok(table) => Ok(LayerState { name, policy, table }),
+                    Ok(table) => {
+                        let table = match seed {
+                            Some(seed) => table.seeded(seed),
+                            None => table,
+                        };
+                        Ok(LayerState { name, policy, table })
+                    }
                     Err(error) => Err(LayersError::Capacity { layer: name, error }),
                 }
             })
@@ -370,7 +384,11 @@ impl<C: Clock> LayeredLimiter<C> {
     /// assert!(!limiter.check(&[&"alice"], 1)?.is_admitted());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn reserve(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<Reservation<'_, C>, LayersError> {
+    pub fn reserve(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+    ) -> Result<Reservation<'_, C>, LayersError> {
         let (decision, receipts) = self.take(keys, cost, true)?;
         Ok(Reservation { limiter: self, receipts, decision })
     }

@@ -14,9 +14,12 @@ use crate::spool::{self, SEED, Tee, TempFile};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// The policy, e.g. 'token-bucket capacity=10 rate=5/s' (see docs/SEMANTICS.md).
-    #[arg(long)]
-    policy: String,
+    /// The policy, e.g. 'token-bucket capacity=10 rate=5/s' (see docs/SEMANTICS.md). Repeated,
+    /// the layers of a layered limiter, in order: a request is admitted only if every layer
+    /// admits it, and charged to none if one rejects it. The key field is then one key for every
+    /// layer, or one key per layer separated by `|` (`ip-1|key-7|search`).
+    #[arg(long, required = true)]
+    policy: Vec<String>,
     /// Print admitted/rejected per key and in total instead of one line per request (with the
     /// default `--format`; not with `--format full`).
     #[arg(long)]
@@ -24,7 +27,10 @@ pub(crate) struct Args {
     /// `contract`: `1`/`0` per request (`1,<delay_ns>` for a delaying leaky bucket), exactly as
     /// docs/SEMANTICS.md says. `full`: a CSV with a header and every field of each decision:
     /// `admitted,delay_ns,remaining,retry_after_ns,reset_after_ns` (`retry_after_ns` is empty for
-    /// an admitted request and for one that can never pass).
+    /// an admitted request and for one that can never pass); with several policies (or a dry
+    /// run), two more: `layer`, the layer that decided (from 1: the first that rejected, or the
+    /// one with the least remaining), and `would_reject`, the dry-run layers that would have
+    /// rejected (separated by `|`).
     #[arg(long, value_enum, default_value_t = Format::Contract)]
     format: Format,
     /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front). Beyond it,
@@ -50,7 +56,15 @@ pub(crate) const DEFAULT_CAPACITY: usize = 1 << 20;
 pub(crate) const PROGRESS_BYTES: u64 = 16 << 20;
 
 pub(crate) fn run(args: &Args) -> Result<(), String> {
-    let policy: Policy = args.policy.parse().map_err(|e| format!("--policy: {e}"))?;
+    let policies = args
+        .policy
+        .iter()
+        .map(|p| p.parse::<Policy>().map_err(|e| format!("--policy '{p}': {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if policies.len() > 1 || policies[0].is_dry_run() {
+        return layered::run(args, &policies);
+    }
+    let policy = policies[0].clone();
     let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
     let limiter =
         KeyedLimiter::<[u8], _>::try_with_clock(&policy, args.capacity, ManualClock::new(0))
@@ -75,13 +89,14 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let size = file.metadata().ok().map(|m| m.len());
             let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
-            let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
+            let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
             (replay(&limiter, &mut reader, &mut out, output, progress), None)
         }
         None => {
             let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
             let mut reader =
-                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())));
+                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())))
+                    .with_key_lists();
             let result = replay(&limiter, &mut reader, &mut out, output, progress);
             (result, reader.into_inner().into_inner().finish())
         }
@@ -115,7 +130,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-enum Failure {
+pub(crate) enum Failure {
     Read(String),
     Write(io::Error),
 }
@@ -127,7 +142,7 @@ impl From<io::Error> for Failure {
 }
 
 #[derive(Clone, Copy)]
-enum Output {
+pub(crate) enum Output {
     Contract { delays: bool },
     Full,
     Summary,
@@ -160,6 +175,13 @@ fn replay(
             Ok(None) => break,
             Err(e) => return Err(Failure::Read(e.to_string())),
         };
+        if request.key.contains(&b'|') {
+            let keys = request.key.split(|&b| b == b'|').count();
+            return Err(Failure::Read(format!(
+                "line {}: {keys} keys for 1 policy: give one key, or one per --policy",
+                reader.lines()
+            )));
+        }
         clock.set(request.t);
         let decision = limiter.check_n(request.key, request.cost);
         match output {
@@ -200,10 +222,182 @@ fn replay(
 }
 
 fn write_full(out: &mut impl Write, d: &Decision) -> io::Result<()> {
+    write_fields(out, d)?;
+    out.write_all(b"\n")
+}
+
+/// The fields of `--format full`, without the line's end.
+pub(crate) fn write_fields(out: &mut impl Write, d: &Decision) -> io::Result<()> {
     let admitted = u8::from(d.is_admitted());
     write!(out, "{admitted},{},{},", d.delay_ns(), d.remaining())?;
     if let Some(retry) = d.retry_after_ns() {
         write!(out, "{retry}")?;
     }
-    writeln!(out, ",{}", d.reset_after_ns())
+    write!(out, ",{}", d.reset_after_ns())
+}
+
+/// `replay` with several policies (or a dry run): the layered limiter of docs/SEMANTICS.md.
+mod layered {
+    use super::*;
+    use ratewell::{Layer, LayerKey, LayeredLimiter};
+
+    pub(crate) fn run(args: &Args, policies: &[Policy]) -> Result<(), String> {
+        if args.summary && args.format == Format::Full {
+            return Err(
+                "--summary and --format full: choose one (a summary has its own format)".into()
+            );
+        }
+        let layers = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Layer::new(format!("{}", i + 1), p).capacity(args.capacity).seeded(SEED))
+            .collect();
+        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
+            .map_err(|e| format!("--policy: {e}"))?;
+        let output = match (args.summary, args.format) {
+            (true, _) => Output::Summary,
+            (false, Format::Contract) => {
+                Output::Contract { delays: policies.iter().any(Policy::delays) }
+            }
+            (false, Format::Full) => Output::Full,
+        };
+        let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
+        let stdout = io::stdout().lock();
+        let mut out = BufWriter::with_capacity(1 << 16, stdout);
+        let result = match path {
+            Some(path) => {
+                let file =
+                    File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let size = file.metadata().ok().map(|m| m.len());
+                let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
+                let mut reader =
+                    Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
+                replay(&limiter, &mut reader, &mut out, output, progress)
+            }
+            None => {
+                let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
+                let mut reader = Reader::new(BufReader::with_capacity(1 << 16, io::stdin().lock()))
+                    .with_key_lists();
+                replay(&limiter, &mut reader, &mut out, output, progress)
+            }
+        };
+        let flushed = out.flush();
+        match (result, flushed) {
+            (Err(Failure::Write(e)), _) | (Ok(()), Err(e))
+                if e.kind() == io::ErrorKind::BrokenPipe =>
+            {
+                return Ok(());
+            }
+            (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => {
+                return Err(format!("cannot write output: {e}"));
+            }
+            (Err(Failure::Read(e)), _) => return Err(e),
+            (Ok(()), Ok(())) => {}
+        }
+        for i in 0..limiter.len() {
+            let m = limiter.metrics(i).expect("a layer of the limiter");
+            if m.evictions > 0 {
+                let times = if m.evictions == 1 {
+                    "once".to_string()
+                } else {
+                    format!("{} times", m.evictions)
+                };
+                eprintln!(
+                    "layer {}: live keys were evicted {times} (--capacity {}): the decisions may \
+                     differ from an unbounded table's; a larger --capacity avoids it",
+                    i + 1,
+                    m.capacity
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn replay(
+        limiter: &LayeredLimiter<ManualClock>,
+        reader: &mut Reader<impl io::BufRead>,
+        out: &mut impl Write,
+        output: Output,
+        mut progress: FileProgress,
+    ) -> Result<(), Failure> {
+        let clock = limiter.clock();
+        let layers = limiter.len();
+        let mut ids: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut stats: Vec<KeyStats> = Vec::new();
+        if let Output::Full = output {
+            out.write_all(
+                b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns,layer,would_reject\n",
+            )?;
+        }
+        let mut field: Vec<u8> = Vec::with_capacity(128);
+        loop {
+            let (t, cost) = match reader.next() {
+                Ok(Some(request)) => {
+                    field.clear();
+                    field.extend_from_slice(request.key);
+                    (request.t, request.cost)
+                }
+                Ok(None) => break,
+                Err(e) => return Err(Failure::Read(e.to_string())),
+            };
+            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
+            if keys.len() != 1 && keys.len() != layers {
+                return Err(Failure::Read(format!(
+                    "line {}: {} keys for {layers} policies: give one key, or one per --policy \
+                     separated by |",
+                    reader.lines(),
+                    keys.len()
+                )));
+            }
+            let refs: Vec<&dyn LayerKey> = keys.iter().map(|k| k as &dyn LayerKey).collect();
+            clock.set(t);
+            let decision = limiter
+                .check(&refs, cost)
+                .map_err(|e| Failure::Read(format!("line {}: {e}", reader.lines())))?;
+            let d = decision.decision();
+            match output {
+                Output::Summary => {
+                    let id = *ids.entry(field.clone()).or_insert_with(|| {
+                        stats.push(KeyStats { name: field.clone(), admitted: 0, rejected: 0 });
+                        stats.len() - 1
+                    });
+                    let entry = &mut stats[id];
+                    if d.is_admitted() {
+                        entry.admitted += 1;
+                    } else {
+                        entry.rejected += 1;
+                    }
+                }
+                Output::Contract { delays } => match (d.is_admitted(), delays) {
+                    (true, true) => writeln!(out, "1,{}", d.delay_ns())?,
+                    (true, false) => out.write_all(b"1\n")?,
+                    (false, _) => out.write_all(b"0\n")?,
+                },
+                Output::Full => {
+                    write_fields(out, d)?;
+                    match decision.decided_by() {
+                        Some(i) => write!(out, ",{}", i + 1)?,
+                        None => out.write_all(b",")?,
+                    }
+                    let would: Vec<String> =
+                        decision.would_reject().map(|i| (i + 1).to_string()).collect();
+                    writeln!(out, ",{}", would.join("|"))?;
+                }
+            }
+            progress.update(reader.bytes(), reader.lines());
+        }
+        progress.finish(reader.lines());
+        if let Output::Summary = output {
+            let (mut admitted, mut rejected) = (0, 0);
+            writeln!(out, "key,admitted,rejected")?;
+            for s in &stats {
+                admitted += s.admitted;
+                rejected += s.rejected;
+                out.write_all(&s.name)?;
+                writeln!(out, ",{},{}", s.admitted, s.rejected)?;
+            }
+            writeln!(out, "*,{admitted},{rejected}")?;
+        }
+        Ok(())
+    }
 }

@@ -24,7 +24,7 @@ pub struct Request<'a> {
 pub enum LineError {
     /// Not an integer from 0 to 2^63-1.
     Time(String),
-    /// Empty, or a character outside `[A-Za-z0-9_.:-]`.
+    /// Empty, or a character outside `[A-Za-z0-9_.:-]` (with key lists, `|` between keys).
     Key(String),
     /// Not an integer from 1 to 2^32-1.
     Cost(String),
@@ -47,7 +47,11 @@ impl fmt::Display for LineError {
             }
             LineError::Key(s) if s.is_empty() => f.write_str("empty key"),
             LineError::Key(s) => {
-                write!(f, "bad key `{s}`: expected characters from A-Z a-z 0-9 _ . : -")
+                write!(
+                    f,
+                    "bad key `{s}`: expected characters from A-Z a-z 0-9 _ . : - (a layered replay: \
+                     keys of those separated by |)"
+                )
             }
             LineError::Cost(s) => {
                 write!(f, "bad cost `{s}`: expected an integer from 1 to 4294967295")
@@ -97,6 +101,12 @@ fn is_blank(line: &[u8]) -> bool {
 
 /// Parse one line (without its `\n`). `Ok(None)` for a blank line.
 pub fn parse_line(line: &[u8]) -> Result<Option<Request<'_>>, LineError> {
+    parse(line, false)
+}
+
+/// [`parse_line`], accepting with `lists` a key field of several keys separated by `|` (each
+/// non-empty): the key of a layered replay.
+pub fn parse(line: &[u8], lists: bool) -> Result<Option<Request<'_>>, LineError> {
     if is_blank(line) {
         return Ok(None);
     }
@@ -109,7 +119,9 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Request<'_>>, LineError> {
         return Err(LineError::Fields(line.iter().filter(|&&b| b == b',').count() + 1));
     };
     let t = integer(time).filter(|&t| t <= MAX_T).ok_or_else(|| LineError::Time(shown(time)))?;
-    if key.is_empty() || !key.iter().all(|&b| key_byte(b)) {
+    let valid = |k: &[u8]| !k.is_empty() && k.iter().all(|&b| key_byte(b));
+    let ok = if lists { key.split(|&b| b == b'|').all(valid) } else { valid(key) };
+    if !ok {
         return Err(LineError::Key(shown(key)));
     }
     let cost = match cost {
@@ -153,12 +165,26 @@ pub struct Reader<R> {
     number: u64,
     bytes: u64,
     previous: u64,
+    lists: bool,
 }
 
 impl<R: BufRead> Reader<R> {
     /// A reader of `input`.
     pub fn new(input: R) -> Self {
-        Reader { input, line: Vec::with_capacity(128), number: 0, bytes: 0, previous: 0 }
+        Reader {
+            input,
+            line: Vec::with_capacity(128),
+            number: 0,
+            bytes: 0,
+            previous: 0,
+            lists: false,
+        }
+    }
+
+    /// The same reader accepting key lists (`k1|k2`, see [`parse`]).
+    pub fn with_key_lists(mut self) -> Self {
+        self.lists = true;
+        self
     }
 
     /// The next request; `None` at the end of the trace.
@@ -177,7 +203,7 @@ impl<R: BufRead> Reader<R> {
             }
         }
         let number = self.number;
-        match parse_line(content(&self.line)) {
+        match parse(content(&self.line), self.lists) {
             Ok(Some(request)) if request.t < self.previous => Err(ReadError::Line {
                 number,
                 error: LineError::Decreasing { t: request.t, previous: self.previous },

@@ -8,17 +8,20 @@
 //!
 //! | variant         | the break                                         | caught by |
 //! |-----------------|---------------------------------------------------|-----------|
-//! | `store`         | a plain store instead of the compare-exchange     | `one_word_*` (not the log), `keyed_one_key_concurrent_decisions`, `decision_racing_slot_reuse`, `reclaim_racing_decision` |
-//! | `reject_writes` | a rejection writes back the state it read         | `one_word_*` (not the log), `rejection_racing_admission` |
+//! | `store`         | a plain store instead of the compare-exchange     | `one_word_*` (not the log), `keyed_one_key_concurrent_decisions`, `decision_racing_slot_reuse`, `reclaim_racing_decision`, `layered_cancel_racing_a_request` |
+//! | `reject_writes` | a rejection writes back the state it read         | `one_word_*` (not the log), `rejection_racing_admission`, `layered_cancel_racing_a_request` |
 //! | `no_mask`       | stored states not masked per key (the "tag")      | `decision_racing_slot_reuse` |
 //! | `no_revalidate` | the key word not re-checked after loading a state | `decision_racing_slot_reuse`, `reclaim_racing_decision` |
 //! | `no_rescan`     | an insert does not look for the key again under the shard lock | `keyed_one_key_two_threads_inserting` |
 //! | `log_split_lock`| the sliding log checks under one lock and logs under another | `one_word_sliding_log` |
+//! | `no_refund`     | a layered rejection keeps the earlier layers' charges | `layered_refunds_are_never_lost` |
 #![cfg(ratewell_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
-use ratewell::{Decision, KeyedLimiter, Limiter, ManualClock, Outcome, Policy};
+use ratewell::{
+    Decision, KeyedLimiter, Layer, LayeredLimiter, Limiter, ManualClock, Outcome, Policy,
+};
 use ratewell_model::{self as common, Expected, Model, expect};
 
 const S: u64 = 1_000_000_000;
@@ -332,5 +335,61 @@ fn reclaim_racing_decision() {
         assert_eq!(limiter.peek_n("K", 1).remaining(), 1, "K's request was lost");
         assert_eq!(limiter.peek_n("K2", 1).remaining(), 1);
         assert_eq!(limiter.metrics().evictions, 0, "only lossless reclaims were needed");
+    });
+}
+
+/// Two bands on one key: at most 2 a second and at most 1 a second (so the second band rejects
+/// what the first admits).
+fn two_bands() -> Arc<LayeredLimiter<ManualClock>> {
+    let layers = vec![
+        Layer::new("wide", &policy("fixed-window limit=2 window=1s")).capacity(8),
+        Layer::new("narrow", &policy("fixed-window limit=1 window=1s")).capacity(8),
+    ];
+    Arc::new(LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap())
+}
+
+/// What remains on each band for key `k`.
+fn bands_left(limiter: &LayeredLimiter<ManualClock>) -> (u64, u64) {
+    let d = limiter.peek(&[&"k"], 1).unwrap();
+    (d.layer(0).unwrap().remaining(), d.layer(1).unwrap().remaining())
+}
+
+#[test]
+#[cfg_attr(ratewell_broken = "no_refund", should_panic)]
+fn layered_refunds_are_never_lost() {
+    // Two requests on two layers sharing a key: the narrow band admits one; the other request's
+    // charge on the wide band, taken before the narrow band rejected it, comes back, whichever
+    // thread's exchange lands first.
+    model(|| {
+        let limiter = two_bands();
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || l.check(&[&"k"], 1).unwrap().is_admitted());
+        let mine = limiter.check(&[&"k"], 1).unwrap().is_admitted();
+        let other = other.join().unwrap();
+        assert!(mine != other, "the narrow band admits exactly one");
+        assert_eq!(bands_left(&limiter), (1, 0), "the rejected request keeps no charge");
+    });
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "store", ratewell_broken = "reject_writes"), should_panic)]
+fn layered_cancel_racing_a_request() {
+    // A reservation cancelled while another request decides: the other may be rejected while the
+    // charge is out (allowed), but the take-back is never lost and nothing is admitted twice.
+    model(|| {
+        let limiter = two_bands();
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || l.check(&[&"k"], 1).unwrap().is_admitted());
+        let reservation = limiter.reserve(&[&"k"], 1).unwrap();
+        let reserved = reservation.decision().is_admitted();
+        drop(reservation);
+        let other = other.join().unwrap();
+        assert!(reserved || other, "one of the two found the narrow band free");
+        let taken = u64::from(other);
+        assert_eq!(
+            bands_left(&limiter),
+            (2 - taken, 1 - taken),
+            "only the kept request is charged"
+        );
     });
 }

@@ -672,7 +672,12 @@ pub fn small_layer(kind: u8, limit: u8, variant: u8, dry_run: bool) -> (Policy, 
     let (text, model) = match kind % 8 {
         0 => (
             format!("token-bucket capacity={n} rate={}/{p}", variant % 3 + 1),
-            AnyModel::Gcra(Gcra { capacity: n, count: u128::from(variant % 3 + 1), period, tat: None }),
+            AnyModel::Gcra(Gcra {
+                capacity: n,
+                count: u128::from(variant % 3 + 1),
+                period,
+                tat: None,
+            }),
         ),
         1 => (
             format!("token-bucket capacity={n} refill={} every={p}", variant % 2 + 1),
@@ -706,7 +711,12 @@ pub fn small_layer(kind: u8, limit: u8, variant: u8, dry_run: bool) -> (Policy, 
                 "fixed-window limit={n} window={p}{}",
                 if variant % 2 == 1 { " align=first" } else { "" }
             ),
-            AnyModel::Fixed(Fixed { limit: n, window: period, first: variant % 2 == 1, state: None }),
+            AnyModel::Fixed(Fixed {
+                limit: n,
+                window: period,
+                first: variant % 2 == 1,
+                state: None,
+            }),
         ),
         6 => (
             format!("sliding-window limit={n} window={p}"),
@@ -780,11 +790,18 @@ impl Layers {
 
 /// Drive a layered scenario through [`ratewell::LayeredLimiter`] and the naive model; the first
 /// difference, or a refund that restores more than the request took, as an error.
-pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) -> Result<(), String> {
+pub fn run_layered(
+    specs: &[(Policy, AnyModel)],
+    start: u64,
+    ops: &[LayeredOp],
+) -> Result<(), String> {
     use ratewell::{Absent, Layer, LayerKey, LayeredLimiter};
     let clock = ManualClock::new(start);
-    let layers: Vec<Layer> =
-        specs.iter().enumerate().map(|(i, (p, _))| Layer::new(format!("l{i}"), p).capacity(64)).collect();
+    let layers: Vec<Layer> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _))| Layer::new(format!("l{i}"), p).capacity(64))
+        .collect();
     let limiter = LayeredLimiter::with_clock(layers, clock.clone()).map_err(|e| e.to_string())?;
     let mut model = Layers {
         models: specs.iter().map(|(_, m)| vec![m.clone(); 3]).collect(),
@@ -799,7 +816,9 @@ pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) 
         now = (now + u128::from(op.gap)).min(1 << 62);
         clock.set(now as u64);
         let keys: Vec<Option<usize>> = (0..specs.len())
-            .map(|i| if op.one_key { op.keys[0] } else { op.keys[i % 2] }.map(|k| usize::from(k % 3)))
+            .map(|i| {
+                if op.one_key { op.keys[0] } else { op.keys[i % 2] }.map(|k| usize::from(k % 3))
+            })
             .collect();
         let key_refs: Vec<&dyn LayerKey> =
             keys.iter().map(|k| k.map_or(&Absent as &dyn LayerKey, |k| &names[k])).collect();
@@ -807,7 +826,8 @@ pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) 
         if op.action == Action::Release {
             let Some((reservation, request)) = held.pop_front() else { continue };
             drop(reservation);
-            return check_refund(&limiter, &clock, &model, request, now, &names).map_err(|e| at(&e));
+            return check_refund(&limiter, &clock, &model, request, now, &names)
+                .map_err(|e| at(&e));
         }
         // The model's decision.
         let cost = u128::from(op.cost.max(1));
@@ -816,9 +836,10 @@ pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) 
             .enumerate()
             .map(|(i, k)| k.map(|k| model.models[i][k].clone().step(now, cost)))
             .collect();
-        let admitted = verdicts.iter().zip(&model.dry).all(|(v, &dry)| {
-            dry || v.is_none_or(|v| matches!(v, Verdict::Admitted { .. }))
-        });
+        let admitted = verdicts
+            .iter()
+            .zip(&model.dry)
+            .all(|(v, &dry)| dry || v.is_none_or(|v| matches!(v, Verdict::Admitted { .. })));
         let keep = admitted && op.action != Action::CancelNow;
         let mut expected = vec![None; specs.len()];
         for (i, k) in keys.iter().enumerate() {
@@ -844,7 +865,10 @@ pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) 
             }
         };
         if decision.is_admitted() != admitted {
-            return Err(at(&format!("admitted {}, the model says {admitted}: {decision:?}", decision.is_admitted())));
+            return Err(at(&format!(
+                "admitted {}, the model says {admitted}: {decision:?}",
+                decision.is_admitted()
+            )));
         }
         for (i, e) in expected.iter().enumerate() {
             let got = decision.layer(i).map(Expected::of);
@@ -858,8 +882,12 @@ pub fn run_layered(specs: &[(Policy, AnyModel)], start: u64, ops: &[LayeredOp]) 
             }
         }
         // The combination: over the enforcing layers that decided.
-        let enforcing: Vec<&Expected> =
-            expected.iter().zip(&model.dry).filter(|(_, d)| !**d).filter_map(|(e, _)| e.as_ref()).collect();
+        let enforcing: Vec<&Expected> = expected
+            .iter()
+            .zip(&model.dry)
+            .filter(|(_, d)| !**d)
+            .filter_map(|(e, _)| e.as_ref())
+            .collect();
         if let Some(least) = enforcing.iter().min_by_key(|e| e.remaining) {
             let c = Expected::of(decision.decision());
             let worst = enforcing.iter().map(|e| e.outcome).max_by_key(|o| match o {
@@ -903,7 +931,9 @@ fn check_refund(
         clock.set(at as u64);
         for (i, per_key) in without.iter().enumerate() {
             for (k, name) in names.iter().enumerate() {
-                let peek = limiter.peek(&[name as &dyn ratewell::LayerKey], 1).map_err(|e| e.to_string())?;
+                let peek = limiter
+                    .peek(&[name as &dyn ratewell::LayerKey], 1)
+                    .map_err(|e| e.to_string())?;
                 let got = u128::from(peek.layer(i).map_or(0, |d| d.remaining()));
                 let most = largest(&per_key[k], at);
                 let least = largest(&model.models[i][k], at);

@@ -153,7 +153,11 @@ impl OneWord for Discrete {
         let room = u128::from(self.capacity - left).saturating_sub(fills) as u64;
         let back = cost.min(room).min(self.capacity - tokens);
         let deficit = self.capacity - (tokens + back);
-        if deficit == 0 { 0 } else { (deficit << self.index_bits) | (k & low_mask(self.index_bits)) }
+        if deficit == 0 {
+            0
+        } else {
+            (deficit << self.index_bits) | (k & low_mask(self.index_bits))
+        }
     }
 }
 

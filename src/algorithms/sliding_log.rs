@@ -69,7 +69,11 @@ impl SlidingLog {
     /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
     /// between the newest entry and this one still sees every entry it should.
     pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
-        if commit { self.take(log, now, cost).0 } else { self.evaluate(log, now, u64::from(cost), false).0 }
+        if commit {
+            self.take(log, now, cost).0
+        } else {
+            self.evaluate(log, now, u64::from(cost), false).0
+        }
     }
 
     /// Decide and log the request if admitted; the time of its entry (what

@@ -369,7 +369,12 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// Decide a request of `cost` (at least 1) at `now` for the key hashed `hash`, counted in the
     /// metrics, and what taking it back needs if it was admitted.
     #[inline]
-    pub(crate) fn take_hashed(&self, hash: u64, now: u64, cost: u32) -> (Decision, Option<Receipt>) {
+    pub(crate) fn take_hashed(
+        &self,
+        hash: u64,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<Receipt>) {
         let taken: Taken =
             with_store!(self, store => store.decide::<Taken, _>(&self.registry, hash, now, cost));
         self.counts.record(taken.decision.is_admitted());
