@@ -6,8 +6,10 @@
 //! working set); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
 //! distinct keys in and out of cache, the in-cache keys again in a sparse table, and on one hot
 //! key, allowed and denied, and governor on the same distinct keys); `flood` (a new key into a
-//! full table, sliding log and one-word). See benches/README.md for the commands and the recorded
-//! results.
+//! full table, sliding log and one-word); `layered` (1k keys in cache: a layered limiter of one
+//! and of two layers, admitted, and rejected by its first layer, next to a keyed limiter's check
+//! and rejection and to two governor keyed checks in sequence). See benches/README.md for the
+//! commands and the recorded results.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use ratewell::{KeyedLimiter, Limiter, Policy};
+use ratewell::{KeyedLimiter, Layer, LayerKey, LayeredLimiter, Limiter, Policy};
 
 fn policy(text: &str) -> Policy {
     text.parse().unwrap()
@@ -338,5 +340,68 @@ fn flood(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, baseline, direct, keyed, contention, flood);
+/// A layered limiter of `texts`, in order, with 1k keys present on every layer.
+fn layered_limiter(texts: &[&str], n: u64) -> LayeredLimiter {
+    let layers = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Layer::new(format!("l{i}"), &policy(t)).capacity(8 * n as usize))
+        .collect();
+    let limiter = LayeredLimiter::new(layers).unwrap();
+    for k in 0..n {
+        let _ = limiter.check(&[&k], 1);
+    }
+    limiter
+}
+
+fn layered(c: &mut Criterion) {
+    let mut g = c.benchmark_group("layered");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+    let n = 1_000u64;
+    let allowing = "token-bucket capacity=1000000000 rate=1000000000/s";
+    let denying = "token-bucket capacity=1 rate=1/h";
+    let keyed = KeyedLimiter::<u64>::new(&policy(allowing), 8 * n as usize);
+    let keyed_denying = KeyedLimiter::<u64>::new(&policy(denying), 8 * n as usize);
+    for k in 0..n {
+        keyed.check(&k);
+        keyed_denying.check(&k);
+    }
+    let mut keys = Keys { x: 1, n };
+    g.bench_function("keyed_admitted", |b| b.iter(|| black_box(keyed.check(&keys.next()))));
+    g.bench_function("keyed_rejected", |b| b.iter(|| black_box(keyed_denying.check(&keys.next()))));
+    for (name, texts) in [
+        ("one_layer_admitted", &[allowing][..]),
+        ("two_layers_admitted", &[allowing, allowing][..]),
+        ("one_layer_rejected", &[denying][..]),
+        ("two_layers_first_rejects", &[denying, allowing][..]),
+    ] {
+        let limiter = layered_limiter(texts, n);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let k = keys.next();
+                black_box(limiter.check(&[&k as &dyn LayerKey], 1).unwrap())
+            })
+        });
+        g.bench_function(format!("{name}_allow"), |b| {
+            b.iter(|| {
+                let k = keys.next();
+                black_box(limiter.allow(&[&k as &dyn LayerKey], 1).unwrap())
+            })
+        });
+    }
+    let quota = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+    let (a, b2) = (RateLimiter::keyed(quota), RateLimiter::keyed(quota));
+    for k in 0..n {
+        let _ = (a.check_key(&k), b2.check_key(&k));
+    }
+    g.bench_function("governor_two_checks", |b| {
+        b.iter(|| {
+            let k = keys.next();
+            black_box(a.check_key(&k).is_ok() && b2.check_key(&k).is_ok())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, baseline, direct, keyed, contention, flood, layered);
 criterion_main!(benches);

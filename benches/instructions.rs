@@ -14,7 +14,10 @@ use governor::{Quota, RateLimiter};
 use iai_callgrind::{
     Callgrind, LibraryBenchmarkConfig, library_benchmark, library_benchmark_group, main,
 };
-use ratewell::{KeyedLimiter, Limiter, ManualClock, Nanos, Policy, QuantaClock, State, WordPolicy};
+use ratewell::{
+    KeyedLimiter, Layer, LayerKey, LayeredDecision, LayeredLimiter, Limiter, ManualClock, Nanos,
+    Policy, QuantaClock, State, WordPolicy,
+};
 
 /// Decisions in the `x1` run (the `x2` run makes twice as many).
 const N: u64 = 1000;
@@ -148,6 +151,91 @@ fn keyed_allow(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
     });
 }
 
+const DENYING: &str = "token-bucket capacity=1 rate=1/h";
+
+/// 1,000 keys, all present and drained: every decision is a rejection.
+fn keyed_denying() -> KeyedLimiter<u64, ManualClock> {
+    let l = KeyedLimiter::with_clock(&policy(DENYING), 8 * N as usize, ManualClock::new(0));
+    for k in 0..N {
+        l.check(&k);
+    }
+    assert_eq!((l.metrics().keys, l.metrics().evictions), (N, 0));
+    l
+}
+
+#[library_benchmark]
+#[bench::denied_1k_x1(keyed_denying(), N)]
+#[bench::denied_1k_x2(keyed_denying(), 2 * N)]
+fn keyed_rejected(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
+    each_key(n, |k| {
+        black_box(limiter.check(k));
+    });
+}
+
+/// A layered limiter of `texts`, in order, with the keys `0..N` present on every layer (each
+/// key is every layer's: bands on one key).
+fn layered_limiter(texts: &[&str]) -> LayeredLimiter<ManualClock> {
+    let layers = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Layer::new(format!("l{i}"), &policy(t)).capacity(8 * N as usize))
+        .collect();
+    let l = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
+    for k in 0..N {
+        let _ = l.check(&[&k], 1);
+    }
+    l
+}
+
+#[library_benchmark]
+#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
+#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
+#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
+#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
+#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
+#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
+#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
+#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
+fn layered(limiter: LayeredLimiter<ManualClock>, n: u64) {
+    // By reference: a layered decision is 370 bytes, which a `black_box` by value would copy.
+    each_key(n, |k| {
+        let decision = limiter.check(&[k as &dyn LayerKey], 1);
+        black_box(&decision);
+    });
+}
+
+#[library_benchmark]
+#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
+#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
+#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
+#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
+#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
+#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
+#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
+#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
+fn layered_into(limiter: LayeredLimiter<ManualClock>, n: u64) {
+    let mut decision = LayeredDecision::default();
+    each_key(n, |k| {
+        let _ = limiter.check_into(&[k as &dyn LayerKey], 1, &mut decision);
+        black_box(&decision);
+    });
+}
+
+#[library_benchmark]
+#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
+#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
+#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
+#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
+#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
+#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
+#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
+#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
+fn layered_allow(limiter: LayeredLimiter<ManualClock>, n: u64) {
+    each_key(n, |k| {
+        black_box(limiter.allow(&[k as &dyn LayerKey], 1).unwrap());
+    });
+}
+
 type GovernorDirect = RateLimiter<
     governor::state::NotKeyed,
     governor::state::InMemoryState,
@@ -200,14 +288,26 @@ fn governor_keyed_check(limiter: GovernorKeyed, n: u64) {
     });
 }
 
+// Two governor keyed limiters checked in sequence: the nearest governor has to two layers (not
+// all or nothing: the first is charged when the second rejects).
+#[library_benchmark]
+#[bench::hit_1k_x1((governor_keyed(), governor_keyed()), N)]
+#[bench::hit_1k_x2((governor_keyed(), governor_keyed()), 2 * N)]
+fn governor_two_keyed_checks(limiters: (GovernorKeyed, GovernorKeyed), n: u64) {
+    each_key(n, |k| {
+        black_box(limiters.0.check_key(k).is_ok() && limiters.1.check_key(k).is_ok());
+    });
+}
+
 library_benchmark_group!(
     name = ratewell_group;
-    benchmarks = decide, direct_tsc, direct_manual, allow_tsc, allow_manual, keyed, keyed_allow
+    benchmarks = decide, direct_tsc, direct_manual, allow_tsc, allow_manual, keyed, keyed_allow,
+        keyed_rejected, layered, layered_into, layered_allow
 );
 
 library_benchmark_group!(
     name = governor_group;
-    benchmarks = governor_direct_check, governor_keyed_check
+    benchmarks = governor_direct_check, governor_keyed_check, governor_two_keyed_checks
 );
 
 // `dump-instr`: the outputs keep each instruction's address, which `benches/profile.py` maps to

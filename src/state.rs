@@ -55,6 +55,40 @@ pub(crate) trait Report: Sized {
     }
 }
 
+/// Only whether a request was admitted, with what taking it back needs: the lean report of the
+/// layered limiter's `allow`, from which the compiler drops the decision's arithmetic.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charged {
+    /// `(before, after)`, as in [`Taken`]; `None` when not admitted.
+    pub(crate) charge: Option<(u64, u64)>,
+    pub(crate) idx: u8,
+}
+
+impl Report for Charged {
+    #[inline(always)]
+    fn decide<A: OneWord>(algorithm: &A, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let next = algorithm.admit_inline(word, now, cost);
+        (Charged { charge: next.map(|next| (word, next)), idx: 0 }, next)
+    }
+    fn decide_cold(algorithm: &Algorithm, word: u64, now: u64, cost: u32) -> (Self, Option<u64>) {
+        let next = algorithm.admit(word, now, cost);
+        (Charged { charge: next.map(|next| (word, next)), idx: 0 }, next)
+    }
+    fn refused(_: u64, _: u64) -> Self {
+        Charged { charge: None, idx: 0 }
+    }
+    fn from_decision(_: Decision) -> Self {
+        Charged { charge: None, idx: 0 }
+    }
+    fn from_taken(taken: Taken) -> Self {
+        Charged { charge: taken.charge, idx: taken.idx }
+    }
+    #[inline(always)]
+    fn owned_by(self, idx: u8) -> Self {
+        Charged { idx, ..self }
+    }
+}
+
 /// A decision, with what taking it back needs when it was admitted: the report of the layered
 /// limiter, which may have to refund it.
 #[derive(Clone, Copy, Debug)]

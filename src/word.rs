@@ -132,6 +132,43 @@ impl WordPolicy {
         self.policy.algorithm.admit(state.0, now.0, cost.max(1)).map(State)
     }
 
+    /// Take back an admission of `cost` (0 is taken as 1) that replaced `before` with `after`,
+    /// from `state` at `now`: the state to store. Exactly `before` while `state` is still
+    /// `after`; otherwise what the algorithm can give back without ever holding more than the
+    /// state would had the admission never happened (every other admission kept), and never
+    /// more than a fresh key (see `docs/SEMANTICS.md`, *Layered limits*, and each algorithm's
+    /// `give_back` in `src/algorithms/`). The layered limiter's refunds are this, in a
+    /// compare-exchange loop.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Nanos, State, WordPolicy};
+    ///
+    /// let pure = WordPolicy::new(&"token-bucket capacity=2 rate=1/s".parse()?).unwrap();
+    /// let (_, a) = pure.decide(State::FRESH, Nanos::new(0), 2); // both tokens
+    /// let a = a.unwrap();
+    /// // Nothing happened since: back to the state before, exactly.
+    /// assert_eq!(pure.refund(a, Nanos::new(0), State::FRESH, a, 2), State::FRESH);
+    /// // At 1 s another request takes the token refilled meanwhile; then the first is refunded.
+    /// let (_, b) = pure.decide(a, Nanos::new(1_000_000_000), 1);
+    /// let back = pure.refund(b.unwrap(), Nanos::new(1_000_000_000), State::FRESH, a, 2);
+    /// // One token of the charge had come back by refill; the other comes back now: one token
+    /// // left, as if only the second request had come.
+    /// assert_eq!(pure.peek(back, Nanos::new(1_000_000_000), 1).remaining(), 1);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn refund(
+        &self,
+        state: State,
+        now: Nanos,
+        before: State,
+        after: State,
+        cost: u32,
+    ) -> State {
+        State(self.policy.algorithm.refund(state.0, now.0, before.0, after.0, cost.max(1)))
+    }
+
     /// Decide without taking anything, and report the state as it is: whether a request of
     /// `cost` would be admitted, with the remaining quota, reset and replenish times before it
     /// (as [`Limiter::peek_n`](crate::Limiter::peek_n)).

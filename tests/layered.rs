@@ -71,3 +71,112 @@ fn every_pair_of_algorithms() {
         }
     }
 }
+
+mod api {
+    use std::sync::Arc;
+
+    use ratewell::{Absent, Layer, LayeredLimiter, LayersError, MAX_LAYERS, ManualClock, Policy};
+
+    fn layer(name: &str, text: &str) -> Layer {
+        Layer::new(name, &text.parse::<Policy>().unwrap()).capacity(64)
+    }
+
+    #[test]
+    fn bad_layer_sets_are_errors() {
+        let clock = ManualClock::new(0);
+        let err = LayeredLimiter::with_clock(vec![], clock.clone()).unwrap_err();
+        assert_eq!(err, LayersError::NoLayers);
+        let many = (0..=MAX_LAYERS)
+            .map(|i| layer(&format!("l{i}"), "fixed-window limit=1 window=1s"))
+            .collect();
+        let err = LayeredLimiter::with_clock(many, clock.clone()).unwrap_err();
+        assert_eq!(err, LayersError::TooManyLayers { layers: MAX_LAYERS + 1 });
+        assert!(err.to_string().contains("at most 8"), "{err}");
+        let twice = vec![
+            layer("a", "fixed-window limit=1 window=1s"),
+            layer("a", "fixed-window limit=2 window=1s"),
+        ];
+        let err = LayeredLimiter::with_clock(twice, clock.clone()).unwrap_err();
+        assert_eq!(err, LayersError::DuplicateName("a".into()));
+        let huge = vec![layer("a", "fixed-window limit=1 window=1s").capacity(usize::MAX)];
+        let err = LayeredLimiter::with_clock(huge, clock.clone()).unwrap_err();
+        assert!(matches!(err, LayersError::Capacity { ref layer, .. } if layer == "a"), "{err}");
+        let most = (0..MAX_LAYERS)
+            .map(|i| layer(&format!("l{i}"), "fixed-window limit=1 window=1s"))
+            .collect();
+        assert_eq!(LayeredLimiter::with_clock(most, clock).unwrap().len(), MAX_LAYERS);
+    }
+
+    #[test]
+    fn a_wrong_number_of_keys_is_an_error_and_charges_nothing() {
+        let layers = vec![
+            layer("a", "fixed-window limit=1 window=1s"),
+            layer("b", "fixed-window limit=1 window=1s"),
+            layer("c", "fixed-window limit=1 window=1s"),
+        ];
+        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
+        for keys in [&[][..], &[&"x" as &dyn ratewell::LayerKey, &"y"][..]] {
+            let err = limiter.check(keys, 1).unwrap_err();
+            assert_eq!(err, LayersError::KeyCount { keys: keys.len(), layers: 3 });
+            assert!(limiter.reserve(keys, 1).is_err() && limiter.peek(keys, 1).is_err());
+        }
+        assert!(limiter.check(&[&"x"], 1).unwrap().is_admitted(), "nothing was charged");
+    }
+
+    #[test]
+    fn reservations_refund_when_dropped_or_cancelled_and_keep_when_committed() {
+        let layers = vec![
+            layer("ip", "token-bucket capacity=2 rate=1/h"),
+            layer("route", "fixed-window limit=5 window=1h"),
+        ];
+        let limiter = Arc::new(LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap());
+        let left = |l: &LayeredLimiter<ManualClock>| {
+            let d = l.peek(&[&"k"], 1).unwrap();
+            (d.layer(0).unwrap().remaining(), d.layer(1).unwrap().remaining())
+        };
+        limiter.reserve(&[&"k"], 2).unwrap().cancel();
+        assert_eq!(left(&limiter), (2, 5));
+        drop(limiter.reserve_owned(&[&"k"], 1).unwrap());
+        assert_eq!(left(&limiter), (2, 5));
+        limiter.reserve(&[&"k"], 1).unwrap().commit();
+        assert_eq!(left(&limiter), (1, 4));
+        // A rejected reservation holds nothing: dropping it changes nothing.
+        let r = limiter.reserve(&[&"k"], 2).unwrap();
+        assert!(!r.decision().is_admitted());
+        drop(r);
+        assert_eq!(left(&limiter), (1, 4));
+        assert_eq!(limiter.metrics(0).unwrap().refunds, 2);
+    }
+
+    #[test]
+    fn skipped_layers_are_not_charged_or_reported() {
+        let layers = vec![
+            layer("ip", "fixed-window limit=3 window=1s"),
+            layer("key", "fixed-window limit=1 window=1s"),
+        ];
+        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
+        let d = limiter.check(&[&"1.2.3.4", &Absent], 1).unwrap();
+        assert!(d.is_admitted() && d.is_skipped(1) && d.layer(1).is_none());
+        assert_eq!(limiter.ratelimit_field(&d), r#""ip";r=2;t=1"#);
+        let d = limiter.check(&[&Absent], 1).unwrap();
+        assert!(d.is_admitted() && d.decided_by().is_none(), "no layer applies: admitted");
+    }
+
+    #[test]
+    fn a_rejection_reports_every_layer_and_the_largest_wait() {
+        let layers = vec![
+            layer("second", "fixed-window limit=1 window=1s"),
+            layer("minute", "fixed-window limit=1 window=1m"),
+        ];
+        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
+        assert!(limiter.check(&[&"k"], 1).unwrap().is_admitted());
+        let d = limiter.check(&[&"k"], 1).unwrap();
+        assert_eq!(d.decided_by(), Some(0));
+        // Both reject: the request passes once the minute is over.
+        assert_eq!(d.decision().retry_after_ns(), Some(60_000_000_000));
+        assert_eq!(d.retry_after_header().as_deref(), Some("60"));
+        assert_eq!(limiter.ratelimit_field(&d), r#""second";r=0;t=1, "minute";r=0;t=60"#);
+        // The lean path stops at the first rejection; it admits exactly what check does.
+        assert!(!limiter.allow(&[&"k"], 1).unwrap());
+    }
+}

@@ -374,7 +374,7 @@ mod layered {
                     (false, _) => out.write_all(b"0\n")?,
                 },
                 Output::Full => {
-                    write_fields(out, d)?;
+                    write_fields(out, &d)?;
                     match decision.decided_by() {
                         Some(i) => write!(out, ",{}", i + 1)?,
                         None => out.write_all(b",")?,

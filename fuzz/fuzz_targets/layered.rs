@@ -23,7 +23,9 @@ struct Step {
 }
 
 fuzz_target!(|input: Input| {
-    let specs = input.layers.map(|(kind, limit, variant, dry)| common::small_layer(kind, limit, variant, dry));
+    let specs = input
+        .layers
+        .map(|(kind, limit, variant, dry)| common::small_layer(kind, limit, variant, dry));
     let ops: Vec<LayeredOp> = input
         .ops
         .iter()

@@ -802,7 +802,11 @@ pub fn run_layered(
         .enumerate()
         .map(|(i, (p, _))| Layer::new(format!("l{i}"), p).capacity(64))
         .collect();
-    let limiter = LayeredLimiter::with_clock(layers, clock.clone()).map_err(|e| e.to_string())?;
+    let limiter =
+        LayeredLimiter::with_clock(layers.clone(), clock.clone()).map_err(|e| e.to_string())?;
+    // The lean path (`allow`), kept in lockstep: it must admit exactly what `check` admits.
+    let lean = LayeredLimiter::with_clock(layers, clock.clone()).map_err(|e| e.to_string())?;
+    let mut lean_held = std::collections::VecDeque::new();
     let mut model = Layers {
         models: specs.iter().map(|(_, m)| vec![m.clone(); 3]).collect(),
         fresh: specs.iter().map(|(_, m)| m.clone()).collect(),
@@ -826,6 +830,7 @@ pub fn run_layered(
         if op.action == Action::Release {
             let Some((reservation, request)) = held.pop_front() else { continue };
             drop(reservation);
+            drop(lean_held.pop_front());
             return check_refund(&limiter, &clock, &model, request, now, &names)
                 .map_err(|e| at(&e));
         }
@@ -864,6 +869,20 @@ pub fn run_layered(
                 d
             }
         };
+        let lean_admitted = match op.action {
+            Action::Check => lean.allow(&key_refs, op.cost).map_err(|e| at(&e.to_string()))?,
+            _ => {
+                let r = lean.reserve(&key_refs, op.cost).map_err(|e| at(&e.to_string()))?;
+                let admitted = r.decision().is_admitted();
+                if op.action == Action::Hold && admitted {
+                    lean_held.push_back(r);
+                }
+                admitted
+            }
+        };
+        if lean_admitted != decision.is_admitted() {
+            return Err(at(&format!("allow says {lean_admitted}, check {decision:?}")));
+        }
         if decision.is_admitted() != admitted {
             return Err(at(&format!(
                 "admitted {}, the model says {admitted}: {decision:?}",
@@ -889,7 +908,7 @@ pub fn run_layered(
             .filter_map(|(e, _)| e.as_ref())
             .collect();
         if let Some(least) = enforcing.iter().min_by_key(|e| e.remaining) {
-            let c = Expected::of(decision.decision());
+            let c = Expected::of(&decision.decision());
             let worst = enforcing.iter().map(|e| e.outcome).max_by_key(|o| match o {
                 Outcome::Impossible => 3,
                 Outcome::Rejected => 2,

@@ -222,7 +222,9 @@ impl Algorithm {
     /// A peek: `decide` without taking anything, reporting the state as it is (remaining before
     /// the request, not after it).
     pub(crate) fn peek(&self, word: u64, now: u64, cost: u32) -> Decision {
-        self.decide(word, now, cost).0.with_state_of(self.probe(word, now))
+        let (decision, next) = self.decide(word, now, cost);
+        // A decision that takes nothing already reports the state as it is.
+        if next.is_none() { decision } else { decision.with_state_of(self.probe(word, now)) }
     }
 
     /// Only whether a one-word algorithm admits, and the word to store (the lean path).

@@ -23,7 +23,7 @@ use self::table::{MAX_CAPACITY, Table, TableStats};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::state::{Report, Taken};
+use crate::state::{Charged, Report, Taken};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -386,6 +386,21 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             cost,
         });
         (taken.decision, receipt)
+    }
+
+    /// [`take_hashed`](Self::take_hashed) on the lean path: the receipt if admitted.
+    #[inline]
+    pub(crate) fn charge_hashed(&self, hash: u64, now: u64, cost: u32) -> Option<Receipt> {
+        let charged: Charged =
+            with_store!(self, store => store.decide::<Charged, _>(&self.registry, hash, now, cost));
+        self.counts.record(charged.charge.is_some());
+        charged.charge.map(|(before, after)| Receipt {
+            hash,
+            idx: charged.idx,
+            before,
+            after,
+            cost,
+        })
     }
 
     /// [`peek_n`](Self::peek_n) for the key hashed `hash` at `now`.
