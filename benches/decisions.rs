@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use ratewell::{KeyedLimiter, Layer, LayerKey, LayeredLimiter, Limiter, Policy};
+use ratewell::{KeyedLimiter, Layer, LayerKey, LayeredDecision, LayeredLimiter, Limiter, Policy};
 
 fn policy(text: &str) -> Policy {
     text.parse().unwrap()
@@ -368,7 +368,11 @@ fn layered(c: &mut Criterion) {
     }
     let mut keys = Keys { x: 1, n };
     g.bench_function("keyed_admitted", |b| b.iter(|| black_box(keyed.check(&keys.next()))));
+    g.bench_function("keyed_admitted_allow", |b| b.iter(|| black_box(keyed.allow(&keys.next()))));
     g.bench_function("keyed_rejected", |b| b.iter(|| black_box(keyed_denying.check(&keys.next()))));
+    g.bench_function("keyed_rejected_allow", |b| {
+        b.iter(|| black_box(keyed_denying.allow(&keys.next())))
+    });
     for (name, texts) in [
         ("one_layer_admitted", &[allowing][..]),
         ("two_layers_admitted", &[allowing, allowing][..]),
@@ -376,10 +380,13 @@ fn layered(c: &mut Criterion) {
         ("two_layers_first_rejects", &[denying, allowing][..]),
     ] {
         let limiter = layered_limiter(texts, n);
+        // `check_into` a kept decision: `check` returns 330 bytes by copy (see benches/README.md).
+        let mut decision = LayeredDecision::default();
         g.bench_function(name, |b| {
             b.iter(|| {
                 let k = keys.next();
-                black_box(limiter.check(&[&k as &dyn LayerKey], 1).unwrap())
+                let _ = limiter.check_into(&[&k as &dyn LayerKey], 1, &mut decision);
+                black_box(decision.is_admitted())
             })
         });
         g.bench_function(format!("{name}_allow"), |b| {

@@ -96,7 +96,7 @@ impl Layer {
     }
 }
 
-/// Why a [`LayeredLimiter`] cannot be built, or a request not decided.
+/// Why a [`LayeredLimiter`] cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LayersError {
@@ -116,13 +116,6 @@ pub enum LayersError {
         /// Why.
         error: CapacityError,
     },
-    /// A request gave neither one key nor one key per layer.
-    KeyCount {
-        /// Keys given.
-        keys: usize,
-        /// Layers.
-        layers: usize,
-    },
 }
 
 impl fmt::Display for LayersError {
@@ -134,15 +127,30 @@ impl fmt::Display for LayersError {
             }
             LayersError::DuplicateName(name) => write!(f, "two layers are named {name:?}"),
             LayersError::Capacity { layer, error } => write!(f, "layer {layer:?}: {error}"),
-            LayersError::KeyCount { keys, layers } => write!(
-                f,
-                "{keys} keys for {layers} layers: give one key for every layer, or one per layer"
-            ),
         }
     }
 }
 
 impl std::error::Error for LayersError {}
+
+/// A request gave neither one key for every layer nor one key per layer: nothing was decided or
+/// charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyCountError {
+    /// Keys given.
+    pub keys: usize,
+    /// Layers of the limiter.
+    pub layers: usize,
+}
+
+impl fmt::Display for KeyCountError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let KeyCountError { keys, layers } = self;
+        write!(f, "{keys} keys for {layers} layers: give one key for every layer, or one per layer")
+    }
+}
+
+impl std::error::Error for KeyCountError {}
 
 /// Hashes a layer's key the way that layer's table does (see [`LayerKey`]).
 pub struct KeyHasher<'a>(&'a ahash::RandomState);
@@ -338,7 +346,11 @@ impl<C: Clock> LayeredLimiter<C> {
     /// Decide a request of `cost` (0 is taken as 1) with `keys` (one for every layer, or one per
     /// layer in order) and charge every layer if all admit.
     #[inline]
-    pub fn check(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<LayeredDecision, LayersError> {
+    pub fn check(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+    ) -> Result<LayeredDecision, KeyCountError> {
         let mut out = LayeredDecision::default();
         self.check_into(keys, cost, &mut out)?;
         Ok(out)
@@ -369,15 +381,15 @@ impl<C: Clock> LayeredLimiter<C> {
         keys: &[&dyn LayerKey],
         cost: u32,
         out: &mut LayeredDecision,
-    ) -> Result<(), LayersError> {
-        self.take(keys, cost, out, &mut Receipts::default())
+    ) -> Result<(), KeyCountError> {
+        self.take(keys, cost, out, &mut Receipts::default(), false)
     }
 
     /// Whether a request is admitted, charging every layer if so: [`check`](Self::check)
     /// without the report, which stops at the first enforcing layer that rejects (the layers
     /// after it are not even peeked).
     #[inline]
-    pub fn allow(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<bool, LayersError> {
+    pub fn allow(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<bool, KeyCountError> {
         let keys = self.keys(keys)?;
         let now = self.floor.now(&self.clock);
         let cost = cost.max(1);
@@ -385,7 +397,9 @@ impl<C: Clock> LayeredLimiter<C> {
         for (i, layer) in self.layers.iter().enumerate() {
             let Some(hash) = self.hash(i, keys) else { continue };
             match layer.table.charge_hashed(hash, now, cost) {
-                Some(receipt) => receipts.0[i] = Some(receipt),
+                // The last layer's admission is never taken back.
+                Some(receipt) if i + 1 < self.layers.len() => receipts.0[i] = Some(receipt),
+                Some(_) => {}
                 None if layer.policy.is_dry_run() => {}
                 None => {
                     rollback(&self.layers[..i], &mut receipts.0[..i], now);
@@ -398,7 +412,11 @@ impl<C: Clock> LayeredLimiter<C> {
 
     /// Decide without taking anything: every layer's peek (its state as it is), combined as a
     /// decision is.
-    pub fn peek(&self, keys: &[&dyn LayerKey], cost: u32) -> Result<LayeredDecision, LayersError> {
+    pub fn peek(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+    ) -> Result<LayeredDecision, KeyCountError> {
         let keys = self.keys(keys)?;
         let now = self.floor.now(&self.clock);
         let cost = cost.max(1);
@@ -440,9 +458,9 @@ impl<C: Clock> LayeredLimiter<C> {
         &self,
         keys: &[&dyn LayerKey],
         cost: u32,
-    ) -> Result<Reservation<'_, C>, LayersError> {
+    ) -> Result<Reservation<'_, C>, KeyCountError> {
         let (mut decision, mut receipts) = (LayeredDecision::default(), Receipts::default());
-        self.take(keys, cost, &mut decision, &mut receipts)?;
+        self.take(keys, cost, &mut decision, &mut receipts, true)?;
         Ok(Reservation { limiter: self, receipts, decision })
     }
 
@@ -452,19 +470,19 @@ impl<C: Clock> LayeredLimiter<C> {
         self: &Arc<Self>,
         keys: &[&dyn LayerKey],
         cost: u32,
-    ) -> Result<OwnedReservation<C>, LayersError> {
+    ) -> Result<OwnedReservation<C>, KeyCountError> {
         let (mut decision, mut receipts) = (LayeredDecision::default(), Receipts::default());
-        self.take(keys, cost, &mut decision, &mut receipts)?;
+        self.take(keys, cost, &mut decision, &mut receipts, true)?;
         Ok(OwnedReservation { limiter: Arc::clone(self), receipts, decision })
     }
 
     /// `keys` if there is one for every layer or one per layer.
     #[inline]
-    fn keys<'k>(&self, keys: &'k [&'k dyn LayerKey]) -> Result<Keys<'k>, LayersError> {
+    fn keys<'k>(&self, keys: &'k [&'k dyn LayerKey]) -> Result<Keys<'k>, KeyCountError> {
         match keys.len() {
             1 => Ok(Keys { keys, step: 0 }),
             n if n == self.layers.len() => Ok(Keys { keys, step: 1 }),
-            n => Err(LayersError::KeyCount { keys: n, layers: self.layers.len() }),
+            n => Err(KeyCountError { keys: n, layers: self.layers.len() }),
         }
     }
 
@@ -475,8 +493,9 @@ impl<C: Clock> LayeredLimiter<C> {
     }
 
     /// The protocol of the module documentation, deciding into `out` and keeping the
-    /// admissions in `receipts`. The layers after a rejecting one are peeked and the layers
-    /// refunded are peeked again, so that every layer's decision is its state's.
+    /// admissions in `receipts` (with `keep`, all of them: a reservation's). The layers after a
+    /// rejecting one are peeked and the layers refunded are peeked again, so that every layer's
+    /// decision is its state's.
     #[inline(always)]
     fn take(
         &self,
@@ -484,7 +503,8 @@ impl<C: Clock> LayeredLimiter<C> {
         cost: u32,
         out: &mut LayeredDecision,
         receipts: &mut Receipts,
-    ) -> Result<(), LayersError> {
+        keep: bool,
+    ) -> Result<(), KeyCountError> {
         let keys = self.keys(keys)?;
         out.start(self.layers.len());
         let now = self.floor.now(&self.clock);
@@ -504,7 +524,10 @@ impl<C: Clock> LayeredLimiter<C> {
             let (decision, receipt) = layer.table.take_hashed(hash, now, cost);
             out.record(i, layer, decision);
             if decision.is_admitted() || layer.policy.is_dry_run() {
-                receipts.0[i] = receipt;
+                // Without `keep`, the last layer's admission is never taken back.
+                if keep || i + 1 < self.layers.len() {
+                    receipts.0[i] = receipt;
+                }
                 continue;
             }
             rollback(&self.layers[..i], &mut receipts.0[..i], now);

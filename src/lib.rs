@@ -106,8 +106,8 @@ pub use decision::{Decision, Outcome};
 pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull};
 pub use keyed::{IpKey, IpPrefixes};
 pub use layered::{
-    Absent, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter, LayersError, MAX_LAYERS,
-    OwnedReservation, Reservation,
+    Absent, KeyCountError, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter,
+    LayersError, MAX_LAYERS, OwnedReservation, Reservation,
 };
 pub use limiter::Limiter;
 pub use policy::{Policy, PolicyError};

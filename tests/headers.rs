@@ -167,3 +167,62 @@ proptest! {
         }
     }
 }
+
+/// A layered decision renders one item per layer that decided, named by the layer, in order: a
+/// List a real parser reads back, each item the layer's own decision rendered alone; and the
+/// combined `Retry-After` is the largest wait, never earlier than the `t` of a layer that
+/// rejected (a layer that admitted may well get more quota only later: it is not what the
+/// client waits for).
+#[test]
+fn layered_fields_are_lists_of_one_item_per_layer() {
+    use ratewell::{Absent, Layer, LayeredLimiter};
+    let layers = vec![
+        Layer::new("per \"ip\"", &"token-bucket capacity=3 rate=1/s".parse::<Policy>().unwrap()),
+        Layer::new("key", &"fixed-window limit=2 window=1m".parse::<Policy>().unwrap()),
+        Layer::new("route", &"sliding-log limit=1 window=10s".parse::<Policy>().unwrap()),
+    ];
+    let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
+    let names = ["per \"ip\"", "key", "route"];
+    let read = |field: &str| -> Vec<(String, Vec<(String, i64)>)> {
+        let list: sfv::List =
+            sfv::Parser::new(field).parse().unwrap_or_else(|e| panic!("{field}: {e}"));
+        list.iter()
+            .map(|entry| {
+                let sfv::ListEntry::Item(item) = entry else { panic!("{field}: an inner list") };
+                let name = item.bare_item.as_string().expect("a name").as_str().to_string();
+                let params = item
+                    .params
+                    .iter()
+                    .map(|(k, v)| (k.as_str().to_string(), i64::from(v.as_integer().unwrap())))
+                    .collect();
+                (name, params)
+            })
+            .collect()
+    };
+    let policy = read(&limiter.ratelimit_policy_field());
+    assert_eq!(policy.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), names);
+    for (i, (_, params)) in policy.iter().enumerate() {
+        let alone = parse_item(&limiter.policy(i).unwrap().ratelimit_policy_field("x")).1;
+        assert_eq!(params, &alone);
+    }
+    let mut rejected = 0;
+    for step in 0..4 {
+        let route: &dyn ratewell::LayerKey = if step == 3 { &Absent } else { &"/search" };
+        let d = limiter.check(&[&"1.2.3.4", &"k", route], 1).unwrap();
+        rejected += usize::from(!d.is_admitted());
+        let items = read(&limiter.ratelimit_field(&d));
+        let decided: Vec<usize> = (0..3).filter(|&i| d.layer(i).is_some()).collect();
+        assert_eq!(items.len(), decided.len());
+        for ((name, params), &i) in items.iter().zip(&decided) {
+            assert_eq!(name, names[i]);
+            assert_eq!(params, &parse_item(&d.layer(i).unwrap().ratelimit_field("x")).1);
+            let rejecting = !d.layer(i).unwrap().is_admitted();
+            if let (true, Some(retry), Some(t)) =
+                (rejecting, d.retry_after_header(), param(params, "t"))
+            {
+                assert!(retry.parse::<i64>().unwrap() >= t, "Retry-After {retry} < t={t}");
+            }
+        }
+    }
+    assert_eq!(rejected, 2, "the route's second and third searches");
+}

@@ -117,7 +117,7 @@ mod api {
         let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0)).unwrap();
         for keys in [&[][..], &[&"x" as &dyn ratewell::LayerKey, &"y"][..]] {
             let err = limiter.check(keys, 1).unwrap_err();
-            assert_eq!(err, LayersError::KeyCount { keys: keys.len(), layers: 3 });
+            assert_eq!(err, ratewell::KeyCountError { keys: keys.len(), layers: 3 });
             assert!(limiter.reserve(keys, 1).is_err() && limiter.peek(keys, 1).is_err());
         }
         assert!(limiter.check(&[&"x"], 1).unwrap().is_admitted(), "nothing was charged");
@@ -178,5 +178,55 @@ mod api {
         assert_eq!(limiter.ratelimit_field(&d), r#""second";r=0;t=1, "minute";r=0;t=60"#);
         // The lean path stops at the first rejection; it admits exactly what check does.
         assert!(!limiter.allow(&[&"k"], 1).unwrap());
+    }
+}
+
+/// A refund whose charge another admission followed at the same instant (the compare-exchange
+/// back to the state before fails; the algorithm gives back): still exact, the state of the other
+/// admission alone, for every one-word algorithm but a window that the refunded charge opened
+/// under `align=first` (which keeps it: see docs/SEMANTICS.md, *Layered limits*).
+mod give_back {
+    use proptest::prelude::*;
+    use ratewell::{Nanos, State, WordPolicy};
+    use ratewell_model::small_layer;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn exact_at_the_instant_of_the_charge(kind in 0..7u8, limit: u8, variant: u8,
+                                              warm in prop::collection::vec((0..3_000_000_000u64, 1..=3u32), 0..4),
+                                              gap in 0..3_000_000_000u64, a in 1..=4u32, b in 1..=4u32) {
+            let (policy, _) = small_layer(kind, limit, variant, false);
+            let first_aligned = policy.to_string().contains("align=first");
+            let pure = WordPolicy::new(&policy).unwrap();
+            // Some history, then the charge A and another admission B at the same instant.
+            let (mut state, mut now) = (State::FRESH, 0u64);
+            for (step, cost) in warm {
+                now += step;
+                if let (_, Some(next)) = pure.decide(state, Nanos::new(now), cost) {
+                    state = next;
+                }
+            }
+            now += gap;
+            let t = Nanos::new(now);
+            let before = state;
+            let Some(after_a) = pure.decide(before, t, a).1 else { return Ok(()) };
+            let Some(after_both) = pure.decide(after_a, t, b).1 else { return Ok(()) };
+            let refunded = pure.refund(after_both, t, before, after_a, a);
+            let b_alone = pure.decide(before, t, b).1.expect("B fits without A");
+            let opened = first_aligned && pure.peek(before, t, 1).remaining() == pure.peek(State::FRESH, t, 1).remaining();
+            for wait in [0u64, 1, 250_000_000, 1_000_000_000, 7_000_000_000] {
+                let at = Nanos::new(now + wait);
+                let got = pure.peek(refunded, at, 1).remaining();
+                let want = pure.peek(b_alone, at, 1).remaining();
+                let kept = pure.peek(after_both, at, 1).remaining();
+                if opened {
+                    prop_assert!(got >= kept, "{policy}: +{wait}: {got} < {kept}");
+                } else {
+                    prop_assert_eq!(got, want, "{}: +{} ns", policy, wait);
+                }
+            }
+        }
     }
 }
