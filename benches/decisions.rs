@@ -380,7 +380,7 @@ fn layered(c: &mut Criterion) {
         ("two_layers_first_rejects", &[denying, allowing][..]),
     ] {
         let limiter = layered_limiter(texts, n);
-        // `check_into` a kept decision: `check` returns 330 bytes by copy (see benches/README.md).
+        // `check_into` a kept decision: `check` returns 328 bytes by copy (see benches/README.md).
         let mut decision = LayeredDecision::default();
         g.bench_function(name, |b| {
             b.iter(|| {
