@@ -123,9 +123,10 @@ fn each_key(n: u64, mut f: impl FnMut(&u64)) {
     }
 }
 
-/// 1,000 keys, all present: a table sized so that none was evicted (see the table's load notes).
-fn keyed_limiter() -> KeyedLimiter<u64, ManualClock> {
-    let l = KeyedLimiter::with_clock(&policy(GCRA), 8 * N as usize, ManualClock::new(0));
+/// 1,000 keys of `text`, all present: a table sized so that none was evicted (see the table's
+/// load notes).
+fn keyed_limiter(text: &str) -> KeyedLimiter<u64, ManualClock> {
+    let l = KeyedLimiter::with_clock(&policy(text), 8 * N as usize, ManualClock::new(0));
     for k in 0..N {
         l.check(&k);
     }
@@ -133,9 +134,14 @@ fn keyed_limiter() -> KeyedLimiter<u64, ManualClock> {
     l
 }
 
+/// A policy that rejects every request after a key's first.
+const DENYING: &str = "token-bucket capacity=1 rate=1/h";
+
 #[library_benchmark]
-#[bench::hit_1k_x1(keyed_limiter(), N)]
-#[bench::hit_1k_x2(keyed_limiter(), 2 * N)]
+#[bench::hit_1k_x1(keyed_limiter(GCRA), N)]
+#[bench::hit_1k_x2(keyed_limiter(GCRA), 2 * N)]
+#[bench::denied_1k_x1(keyed_limiter(DENYING), N)]
+#[bench::denied_1k_x2(keyed_limiter(DENYING), 2 * N)]
 fn keyed(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
     each_key(n, |k| {
         black_box(limiter.check(k));
@@ -143,32 +149,11 @@ fn keyed(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
 }
 
 #[library_benchmark]
-#[bench::hit_1k_x1(keyed_limiter(), N)]
-#[bench::hit_1k_x2(keyed_limiter(), 2 * N)]
+#[bench::hit_1k_x1(keyed_limiter(GCRA), N)]
+#[bench::hit_1k_x2(keyed_limiter(GCRA), 2 * N)]
 fn keyed_allow(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
     each_key(n, |k| {
         black_box(limiter.allow(k));
-    });
-}
-
-const DENYING: &str = "token-bucket capacity=1 rate=1/h";
-
-/// 1,000 keys, all present and drained: every decision is a rejection.
-fn keyed_denying() -> KeyedLimiter<u64, ManualClock> {
-    let l = KeyedLimiter::with_clock(&policy(DENYING), 8 * N as usize, ManualClock::new(0));
-    for k in 0..N {
-        l.check(&k);
-    }
-    assert_eq!((l.metrics().keys, l.metrics().evictions), (N, 0));
-    l
-}
-
-#[library_benchmark]
-#[bench::denied_1k_x1(keyed_denying(), N)]
-#[bench::denied_1k_x2(keyed_denying(), 2 * N)]
-fn keyed_rejected(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
-    each_key(n, |k| {
-        black_box(limiter.check(k));
     });
 }
 
@@ -187,54 +172,44 @@ fn layered_limiter(texts: &[&str]) -> LayeredLimiter<ManualClock> {
     l
 }
 
-#[library_benchmark]
-#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
-#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
-#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
-#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
-#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
-#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
-#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
-#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
-fn layered(limiter: LayeredLimiter<ManualClock>, n: u64) {
+/// A benchmark of the layered limiter named `$name`, running `$body` on `$limiter` for `$n`
+/// decisions, on one and two layers, admitted and rejected by the first layer.
+macro_rules! layered_bench {
+    ($name:ident, |$limiter:ident, $n:ident| $body:block) => {
+        #[library_benchmark]
+        #[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
+        #[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
+        #[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
+        #[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
+        #[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
+        #[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
+        #[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
+        #[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
+        fn $name($limiter: LayeredLimiter<ManualClock>, $n: u64) $body
+    };
+}
+
+layered_bench!(layered, |limiter, n| {
     // By reference: a layered decision is 328 bytes, which a `black_box` by value would copy.
     each_key(n, |k| {
         let decision = limiter.check(&[k as &dyn LayerKey], 1);
         black_box(&decision);
     });
-}
+});
 
-#[library_benchmark]
-#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
-#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
-#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
-#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
-#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
-#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
-#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
-#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
-fn layered_into(limiter: LayeredLimiter<ManualClock>, n: u64) {
+layered_bench!(layered_into, |limiter, n| {
     let mut decision = LayeredDecision::default();
     each_key(n, |k| {
         let _ = limiter.check_into(&[k as &dyn LayerKey], 1, &mut decision);
         black_box(&decision);
     });
-}
+});
 
-#[library_benchmark]
-#[bench::one_admitted_x1(layered_limiter(&[GCRA]), N)]
-#[bench::one_admitted_x2(layered_limiter(&[GCRA]), 2 * N)]
-#[bench::two_admitted_x1(layered_limiter(&[GCRA, GCRA]), N)]
-#[bench::two_admitted_x2(layered_limiter(&[GCRA, GCRA]), 2 * N)]
-#[bench::one_rejected_x1(layered_limiter(&[DENYING]), N)]
-#[bench::one_rejected_x2(layered_limiter(&[DENYING]), 2 * N)]
-#[bench::two_first_rejects_x1(layered_limiter(&[DENYING, GCRA]), N)]
-#[bench::two_first_rejects_x2(layered_limiter(&[DENYING, GCRA]), 2 * N)]
-fn layered_allow(limiter: LayeredLimiter<ManualClock>, n: u64) {
+layered_bench!(layered_allow, |limiter, n| {
     each_key(n, |k| {
         black_box(limiter.allow(&[k as &dyn LayerKey], 1).unwrap());
     });
-}
+});
 
 type GovernorDirect = RateLimiter<
     governor::state::NotKeyed,
@@ -302,7 +277,7 @@ fn governor_two_keyed_checks(limiters: (GovernorKeyed, GovernorKeyed), n: u64) {
 library_benchmark_group!(
     name = ratewell_group;
     benchmarks = decide, direct_tsc, direct_manual, allow_tsc, allow_manual, keyed, keyed_allow,
-        keyed_rejected, layered, layered_into, layered_allow
+        layered, layered_into, layered_allow
 );
 
 library_benchmark_group!(

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
-use ratewell::{Decision, KeyedLimiter, ManualClock, Policy};
+use ratewell::{Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy};
 
 use ratewell_cli::trace::Reader;
 
@@ -61,15 +61,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         .iter()
         .map(|p| p.parse::<Policy>().map_err(|e| format!("--policy '{p}': {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    if policies.len() > 1 || policies[0].is_dry_run() {
-        return layered::run(args, &policies);
-    }
-    let policy = policies[0].clone();
-    let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
-    let limiter =
-        KeyedLimiter::<[u8], _>::try_with_clock(&policy, args.capacity, ManualClock::new(0))
-            .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
-            .seeded(SEED);
+    // Several policies, or a dry run: the layered limiter. Else the keyed limiter itself.
+    let layered = policies.len() > 1 || policies[0].is_dry_run();
     let output = match (args.summary, args.format) {
         (true, Format::Full) => {
             return Err(
@@ -77,42 +70,72 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             );
         }
         (true, Format::Contract) => Output::Summary,
-        (false, Format::Contract) => Output::Contract { delays: policy.delays() },
-        (false, Format::Full) => Output::Full,
+        (false, Format::Contract) => {
+            Output::Contract { delays: policies.iter().any(Policy::delays) }
+        }
+        (false, Format::Full) => Output::Full { layered },
     };
-    let stdout = io::stdout().lock();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    // Standard input is kept in a temporary copy, to be read again should live keys be evicted.
-    let (result, copy) = match path {
-        Some(path) => {
-            let file =
-                File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let size = file.metadata().ok().map(|m| m.len());
-            let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
-            let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
-            (replay(&limiter, &mut reader, &mut out, output, progress), None)
+    let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
+    if layered {
+        let layers = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Layer::new(format!("{}", i + 1), p).capacity(args.capacity).seeded(SEED))
+            .collect();
+        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
+            .map_err(|e| format!("--policy: {e}"))?;
+        let n = limiter.len();
+        let decide = |t: u64, field: &[u8], cost: u32, line: u64| {
+            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
+            if keys.len() != 1 && keys.len() != n {
+                return Err(Failure::Read(format!(
+                    "line {line}: {} keys for {n} policies: give one key, or one per --policy \
+                     separated by |",
+                    keys.len()
+                )));
+            }
+            let refs: Vec<&dyn LayerKey> = keys.iter().map(|k| k as &dyn LayerKey).collect();
+            limiter.clock().set(t);
+            let d = limiter
+                .check(&refs, cost)
+                .map_err(|e| Failure::Read(format!("line {line}: {e}")))?;
+            let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
+            Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
+        };
+        replay_trace(path, output, decide)?;
+        for i in 0..n {
+            let m = limiter.metrics(i).expect("a layer of the limiter");
+            if m.evictions > 0 {
+                let times = match m.evictions {
+                    1 => "once".to_string(),
+                    e => format!("{e} times"),
+                };
+                eprintln!(
+                    "layer {}: live keys were evicted {times} (--capacity {}): the decisions may \
+                     differ from an unbounded table's; a larger --capacity avoids it",
+                    i + 1,
+                    m.capacity
+                );
+            }
         }
-        None => {
-            let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
-            let mut reader =
-                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())))
-                    .with_key_lists();
-            let result = replay(&limiter, &mut reader, &mut out, output, progress);
-            (result, reader.into_inner().into_inner().finish())
-        }
-    };
-    // Whatever happened, what was written ends at a line boundary: flush it.
-    let flushed = out.flush();
-    match (result, flushed) {
-        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
-            return Ok(());
-        }
-        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => {
-            return Err(format!("cannot write output: {e}"));
-        }
-        (Err(Failure::Read(e)), _) => return Err(e),
-        (Ok(()), Ok(())) => {}
+        return Ok(());
     }
+    let policy = &policies[0];
+    let limiter =
+        KeyedLimiter::<[u8], _>::try_with_clock(policy, args.capacity, ManualClock::new(0))
+            .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
+            .seeded(SEED);
+    let decide = |t: u64, key: &[u8], cost: u32, line: u64| {
+        if key.contains(&b'|') {
+            let keys = key.split(|&b| b == b'|').count();
+            return Err(Failure::Read(format!(
+                "line {line}: {keys} keys for 1 policy: give one key, or one per --policy"
+            )));
+        }
+        limiter.clock().set(t);
+        Ok(Decided { decision: limiter.check_n(key, cost), layer: None, would: String::new() })
+    };
+    let copy = replay_trace(path, output, decide)?;
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
         let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
@@ -121,7 +144,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
                     l.check_n(key, cost);
                 };
-                Some(spool::avoiding_capacity(&policy, trace, args.capacity, &mut check)?)
+                Some(spool::avoiding_capacity(policy, trace, args.capacity, &mut check)?)
             }
             None => None,
         };
@@ -130,7 +153,54 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) enum Failure {
+/// One request's decision, as printed: the (combined) decision and, for a layered limiter, the
+/// layer that decided and the dry-run layers that would have rejected.
+struct Decided {
+    decision: Decision,
+    layer: Option<usize>,
+    would: String,
+}
+
+/// Replay the trace at `path` (standard input if `None`, kept in a temporary copy, returned, to
+/// be read again should live keys be evicted) through `decide`, printing to standard output.
+fn replay_trace(
+    path: Option<&PathBuf>,
+    output: Output,
+    decide: impl FnMut(u64, &[u8], u32, u64) -> Result<Decided, Failure>,
+) -> Result<Option<TempFile>, String> {
+    let stdout = io::stdout().lock();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout);
+    let (result, copy) = match path {
+        Some(path) => {
+            let file =
+                File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let size = file.metadata().ok().map(|m| m.len());
+            let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
+            let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
+            (replay(&mut reader, &mut out, output, progress, decide), None)
+        }
+        None => {
+            let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
+            let mut reader =
+                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())))
+                    .with_key_lists();
+            let result = replay(&mut reader, &mut out, output, progress, decide);
+            (result, reader.into_inner().into_inner().finish())
+        }
+    };
+    // Whatever happened, what was written ends at a line boundary: flush it.
+    let flushed = out.flush();
+    match (result, flushed) {
+        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            Ok(copy)
+        }
+        (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => Err(format!("cannot write output: {e}")),
+        (Err(Failure::Read(e)), _) => Err(e),
+        (Ok(()), Ok(())) => Ok(copy),
+    }
+}
+
+enum Failure {
     Read(String),
     Write(io::Error),
 }
@@ -142,9 +212,14 @@ impl From<io::Error> for Failure {
 }
 
 #[derive(Clone, Copy)]
-pub(crate) enum Output {
-    Contract { delays: bool },
-    Full,
+enum Output {
+    Contract {
+        delays: bool,
+    },
+    /// With `layered`, the layer that decided and the dry runs that would have rejected too.
+    Full {
+        layered: bool,
+    },
     Summary,
 }
 
@@ -155,39 +230,37 @@ struct KeyStats {
 }
 
 fn replay(
-    limiter: &KeyedLimiter<[u8], ManualClock>,
     reader: &mut Reader<impl io::BufRead>,
     out: &mut impl Write,
     output: Output,
     mut progress: FileProgress,
+    mut decide: impl FnMut(u64, &[u8], u32, u64) -> Result<Decided, Failure>,
 ) -> Result<(), Failure> {
-    let clock = limiter.clock();
     // Per-key counts only for --summary: the table keeps no keys, so a replay of millions of
     // distinct keys stays within the table's memory.
     let mut ids: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut stats: Vec<KeyStats> = Vec::new();
-    if let Output::Full = output {
-        out.write_all(b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns\n")?;
+    if let Output::Full { layered } = output {
+        out.write_all(b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns")?;
+        out.write_all(if layered { b",layer,would_reject\n" } else { b"\n" })?;
     }
+    // The key, copied out of the reader's line so that the line's number can be read with it.
+    let mut key: Vec<u8> = Vec::with_capacity(128);
     loop {
-        let request = match reader.next() {
-            Ok(Some(request)) => request,
+        let (t, cost) = match reader.next() {
+            Ok(Some(request)) => {
+                key.clear();
+                key.extend_from_slice(request.key);
+                (request.t, request.cost)
+            }
             Ok(None) => break,
             Err(e) => return Err(Failure::Read(e.to_string())),
         };
-        if request.key.contains(&b'|') {
-            let keys = request.key.split(|&b| b == b'|').count();
-            return Err(Failure::Read(format!(
-                "line {}: {keys} keys for 1 policy: give one key, or one per --policy",
-                reader.lines()
-            )));
-        }
-        clock.set(request.t);
-        let decision = limiter.check_n(request.key, request.cost);
+        let Decided { decision, layer, would } = decide(t, &key, cost, reader.lines())?;
         match output {
             Output::Summary => {
-                let id = *ids.entry(request.key.to_vec()).or_insert_with(|| {
-                    stats.push(KeyStats { name: request.key.to_vec(), admitted: 0, rejected: 0 });
+                let id = *ids.entry(key.clone()).or_insert_with(|| {
+                    stats.push(KeyStats { name: key.clone(), admitted: 0, rejected: 0 });
                     stats.len() - 1
                 });
                 let entry = &mut stats[id];
@@ -202,7 +275,16 @@ fn replay(
                 (true, false) => out.write_all(b"1\n")?,
                 (false, _) => out.write_all(b"0\n")?,
             },
-            Output::Full => write_full(out, &decision)?,
+            Output::Full { layered } => {
+                write_fields(out, &decision)?;
+                if layered {
+                    match layer {
+                        Some(i) => write!(out, ",{},{would}", i + 1)?,
+                        None => write!(out, ",,{would}")?,
+                    }
+                }
+                out.write_all(b"\n")?;
+            }
         }
         progress.update(reader.bytes(), reader.lines());
     }
@@ -221,183 +303,12 @@ fn replay(
     Ok(())
 }
 
-fn write_full(out: &mut impl Write, d: &Decision) -> io::Result<()> {
-    write_fields(out, d)?;
-    out.write_all(b"\n")
-}
-
 /// The fields of `--format full`, without the line's end.
-pub(crate) fn write_fields(out: &mut impl Write, d: &Decision) -> io::Result<()> {
+fn write_fields(out: &mut impl Write, d: &Decision) -> io::Result<()> {
     let admitted = u8::from(d.is_admitted());
     write!(out, "{admitted},{},{},", d.delay_ns(), d.remaining())?;
     if let Some(retry) = d.retry_after_ns() {
         write!(out, "{retry}")?;
     }
     write!(out, ",{}", d.reset_after_ns())
-}
-
-/// `replay` with several policies (or a dry run): the layered limiter of docs/SEMANTICS.md.
-mod layered {
-    use super::*;
-    use ratewell::{Layer, LayerKey, LayeredLimiter};
-
-    pub(crate) fn run(args: &Args, policies: &[Policy]) -> Result<(), String> {
-        if args.summary && args.format == Format::Full {
-            return Err(
-                "--summary and --format full: choose one (a summary has its own format)".into()
-            );
-        }
-        let layers = policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Layer::new(format!("{}", i + 1), p).capacity(args.capacity).seeded(SEED))
-            .collect();
-        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
-            .map_err(|e| format!("--policy: {e}"))?;
-        let output = match (args.summary, args.format) {
-            (true, _) => Output::Summary,
-            (false, Format::Contract) => {
-                Output::Contract { delays: policies.iter().any(Policy::delays) }
-            }
-            (false, Format::Full) => Output::Full,
-        };
-        let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
-        let stdout = io::stdout().lock();
-        let mut out = BufWriter::with_capacity(1 << 16, stdout);
-        let result = match path {
-            Some(path) => {
-                let file =
-                    File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                let size = file.metadata().ok().map(|m| m.len());
-                let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
-                let mut reader =
-                    Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
-                replay(&limiter, &mut reader, &mut out, output, progress)
-            }
-            None => {
-                let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
-                let mut reader = Reader::new(BufReader::with_capacity(1 << 16, io::stdin().lock()))
-                    .with_key_lists();
-                replay(&limiter, &mut reader, &mut out, output, progress)
-            }
-        };
-        let flushed = out.flush();
-        match (result, flushed) {
-            (Err(Failure::Write(e)), _) | (Ok(()), Err(e))
-                if e.kind() == io::ErrorKind::BrokenPipe =>
-            {
-                return Ok(());
-            }
-            (Err(Failure::Write(e)), _) | (Ok(()), Err(e)) => {
-                return Err(format!("cannot write output: {e}"));
-            }
-            (Err(Failure::Read(e)), _) => return Err(e),
-            (Ok(()), Ok(())) => {}
-        }
-        for i in 0..limiter.len() {
-            let m = limiter.metrics(i).expect("a layer of the limiter");
-            if m.evictions > 0 {
-                let times = if m.evictions == 1 {
-                    "once".to_string()
-                } else {
-                    format!("{} times", m.evictions)
-                };
-                eprintln!(
-                    "layer {}: live keys were evicted {times} (--capacity {}): the decisions may \
-                     differ from an unbounded table's; a larger --capacity avoids it",
-                    i + 1,
-                    m.capacity
-                );
-            }
-        }
-        Ok(())
-    }
-
-    fn replay(
-        limiter: &LayeredLimiter<ManualClock>,
-        reader: &mut Reader<impl io::BufRead>,
-        out: &mut impl Write,
-        output: Output,
-        mut progress: FileProgress,
-    ) -> Result<(), Failure> {
-        let clock = limiter.clock();
-        let layers = limiter.len();
-        let mut ids: HashMap<Vec<u8>, usize> = HashMap::new();
-        let mut stats: Vec<KeyStats> = Vec::new();
-        if let Output::Full = output {
-            out.write_all(
-                b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns,layer,would_reject\n",
-            )?;
-        }
-        let mut field: Vec<u8> = Vec::with_capacity(128);
-        loop {
-            let (t, cost) = match reader.next() {
-                Ok(Some(request)) => {
-                    field.clear();
-                    field.extend_from_slice(request.key);
-                    (request.t, request.cost)
-                }
-                Ok(None) => break,
-                Err(e) => return Err(Failure::Read(e.to_string())),
-            };
-            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
-            if keys.len() != 1 && keys.len() != layers {
-                return Err(Failure::Read(format!(
-                    "line {}: {} keys for {layers} policies: give one key, or one per --policy \
-                     separated by |",
-                    reader.lines(),
-                    keys.len()
-                )));
-            }
-            let refs: Vec<&dyn LayerKey> = keys.iter().map(|k| k as &dyn LayerKey).collect();
-            clock.set(t);
-            let decision = limiter
-                .check(&refs, cost)
-                .map_err(|e| Failure::Read(format!("line {}: {e}", reader.lines())))?;
-            let d = decision.decision();
-            match output {
-                Output::Summary => {
-                    let id = *ids.entry(field.clone()).or_insert_with(|| {
-                        stats.push(KeyStats { name: field.clone(), admitted: 0, rejected: 0 });
-                        stats.len() - 1
-                    });
-                    let entry = &mut stats[id];
-                    if d.is_admitted() {
-                        entry.admitted += 1;
-                    } else {
-                        entry.rejected += 1;
-                    }
-                }
-                Output::Contract { delays } => match (d.is_admitted(), delays) {
-                    (true, true) => writeln!(out, "1,{}", d.delay_ns())?,
-                    (true, false) => out.write_all(b"1\n")?,
-                    (false, _) => out.write_all(b"0\n")?,
-                },
-                Output::Full => {
-                    write_fields(out, &d)?;
-                    match decision.decided_by() {
-                        Some(i) => write!(out, ",{}", i + 1)?,
-                        None => out.write_all(b",")?,
-                    }
-                    let would: Vec<String> =
-                        decision.would_reject().map(|i| (i + 1).to_string()).collect();
-                    writeln!(out, ",{}", would.join("|"))?;
-                }
-            }
-            progress.update(reader.bytes(), reader.lines());
-        }
-        progress.finish(reader.lines());
-        if let Output::Summary = output {
-            let (mut admitted, mut rejected) = (0, 0);
-            writeln!(out, "key,admitted,rejected")?;
-            for s in &stats {
-                admitted += s.admitted;
-                rejected += s.rejected;
-                out.write_all(&s.name)?;
-                writeln!(out, ",{},{}", s.admitted, s.rejected)?;
-            }
-            writeln!(out, "*,{admitted},{rejected}")?;
-        }
-        Ok(())
-    }
 }

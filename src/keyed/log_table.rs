@@ -220,19 +220,8 @@ fn log_bytes(log: &Log) -> u64 {
 }
 
 impl LogTable {
-    /// Decide, and log the request if admitted and `commit` (else a peek).
-    fn run<P: Policies>(
-        &self,
-        policies: &P,
-        hash: u64,
-        now: u64,
-        cost: u32,
-        commit: bool,
-    ) -> Decision {
-        self.take(policies, hash, now, cost, commit).decision
-    }
-
-    /// [`run`](Self::run), reporting what taking an admission back needs.
+    /// Decide, and log the request if admitted and `commit` (else a peek); with what taking the
+    /// admission back needs.
     fn take<P: Policies>(
         &self,
         policies: &P,
@@ -390,7 +379,7 @@ impl Store for LogTable {
     }
 
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
-        self.run(policies, hash, now, cost, false)
+        self.take(policies, hash, now, cost, false).decision
     }
 
     fn fingerprint(&self, hash: u64) -> u64 {
