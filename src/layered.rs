@@ -43,9 +43,10 @@
 //!   have admitted it. Such a rejection is the price of taking without locks; the capacity comes
 //!   back with the refund.
 //!
-//! The loom model `layered_refunds_are_never_lost` in `loom-tests/` runs two requests on two
-//! layers sharing a key through every interleaving, and the broken variant `no_refund` (a
-//! rejection that keeps the earlier layers' charges) is caught by it.
+//! The loom models `layered_refunds_are_never_lost` (two requests on two layers sharing a key)
+//! and `layered_cancel_racing_a_request` (a reservation cancelled while another request decides)
+//! in `loom-tests/` run through every interleaving; the broken variant `no_refund` (a rejection
+//! that keeps the earlier layers' charges) is caught by both.
 
 use std::fmt;
 use std::hash::Hash;
