@@ -260,3 +260,48 @@ fn policies_change_any_number_of_times_under_load() {
     // The last default: 2000 % 400 + 1.
     assert_eq!(limiter.check(&1_000_000).limit(), 1);
 }
+
+/// Any 64-bit state word, as a store that lost or corrupted its data could hand back: the pure
+/// decision and the refund take it without a panic or an overflow (debug builds check), and a
+/// decision on it never admits more than the policy's limit at once.
+#[test]
+fn any_state_word_decides_and_refunds_without_panicking() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use ratewell::{Nanos, State, WordPolicy};
+    let texts = [
+        "token-bucket capacity=100000 rate=1/h",
+        "token-bucket capacity=3 rate=7/s",
+        "token-bucket capacity=4294967295 refill=1 every=1s",
+        "token-bucket capacity=5 refill=2 every=250ms",
+        "leaky-bucket rate=7/s burst=100000000 delay=3",
+        "leaky-bucket rate=1r/m burst=0 nodelay",
+        "leaky-bucket rate=1000r/s burst=268435 nodelay compat=nginx",
+        "leaky-bucket rate=1r/m burst=3 delay=1 compat=nginx",
+        "fixed-window limit=4294967295 window=1s",
+        "fixed-window limit=5 window=1m align=first",
+        "sliding-window limit=100000 window=1h",
+        "sliding-window limit=3 window=1500ms",
+    ];
+    for text in texts {
+        let pure = WordPolicy::new(&policy(text)).unwrap();
+        let limit = pure.policy().limit();
+        let mut runner = TestRunner::new(Config { cases: 2_000, ..Config::default() });
+        let words = (any::<u64>(), any::<u64>(), any::<u64>(), 0..=(i64::MAX as u64), any::<u32>());
+        runner
+            .run(&words, |(w, before, after, now, cost)| {
+                let (w, now) = (State::from_bits(w), Nanos::new(now));
+                let (d, next) = pure.decide(w, now, cost);
+                prop_assert!(!d.is_admitted() || u64::from(cost.max(1)) <= limit);
+                if let Some(next) = next {
+                    prop_assert!(pure.peek(next, now, 1).remaining() <= limit);
+                }
+                let back =
+                    pure.refund(w, now, State::from_bits(before), State::from_bits(after), cost);
+                let _ = pure.peek(back, now, cost);
+                let _ = pure.reset_after_ns(back, now);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+    }
+}

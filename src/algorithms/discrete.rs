@@ -66,7 +66,9 @@ impl Discrete {
     #[inline]
     fn tokens(&self, word: u64, now: u64) -> (u64, u64) {
         let k_now = now / self.interval;
-        let deficit = word >> self.index_bits;
+        // At most `B` in any word the algorithm stored; a word from elsewhere (a corrupted store)
+        // with more reads as an empty bucket.
+        let deficit = (word >> self.index_bits).min(self.capacity);
         if deficit == 0 {
             return (self.capacity, k_now);
         }

@@ -86,7 +86,9 @@ impl Fixed {
     /// low field to store with it.
     #[inline]
     fn window(&self, word: u64, now: u64) -> (u64, u64, u64) {
-        let count = word >> self.low_bits;
+        // At most `N` in any word the algorithm stored; more (a word from a corrupted store)
+        // reads as a full window.
+        let count = (word >> self.low_bits).min(self.limit);
         let low = word & low_mask(self.low_bits);
         match self.align {
             Align::Clock => {

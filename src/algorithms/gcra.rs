@@ -188,7 +188,11 @@ impl OneWord for Gcra {
         // `charged - now2` is `2(A - now)*N' + 1` (charged is occupied, so odd).
         let end_1 = charged.wrapping_sub(now2) as i64;
         let charge = cost.saturating_mul(self.d2).min(self.cap2_plus_one);
-        let unpaid = if charged & 1 == 0 { 0 } else { (end_1 - 1).clamp(0, charge as i64) as u64 };
+        let unpaid = if charged & 1 == 0 {
+            0
+        } else {
+            end_1.saturating_sub(1).clamp(0, charge as i64) as u64
+        };
         let left_1 = debt_1.saturating_sub(unpaid).max(1);
         if left_1 == 1 { 0 } else { now2.wrapping_add(left_1) }
     }
