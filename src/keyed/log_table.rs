@@ -367,15 +367,16 @@ impl Store for LogTable {
         R::from_taken(taken)
     }
 
-    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, _now: u64) {
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, _now: u64) -> bool {
         let mut shard = self.shard(receipt.hash);
-        let Some(&i) = shard.index.get(&receipt.hash) else { return };
+        let Some(&i) = shard.index.get(&receipt.hash) else { return false };
         let node = &mut shard.nodes[i as usize];
         if node.idx != receipt.idx {
-            return;
+            return false;
         }
-        let Some(a) = sliding_log(policies, node.idx) else { return };
+        let Some(a) = sliding_log(policies, node.idx) else { return false };
         a.give_back(&mut node.log, receipt.after, u64::from(receipt.cost));
+        true
     }
 
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {

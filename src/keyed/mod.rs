@@ -117,8 +117,8 @@ pub(crate) trait Store {
     /// Decide a request for the key and take it if admitted: the hot path.
     fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R;
     /// Take back an admission made by [`decide`](Self::decide) with the report `Taken`, if the
-    /// key still holds state under the same policy (see `OneWord::refund`).
-    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64);
+    /// key still holds state under the same policy (see `OneWord::refund`): whether it did.
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64) -> bool;
     /// Decide without taking anything, reporting the key's state as it is (a new key stays
     /// absent, decided as a fresh one).
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision;
@@ -180,7 +180,8 @@ pub struct Metrics {
     /// Rejected and impossible decisions (`check`, not `peek`).
     pub rejected: u64,
     /// Admissions taken back by a [`LayeredLimiter`](crate::LayeredLimiter) (another layer
-    /// rejected the request, or a reservation was cancelled); they stay counted in `admitted`.
+    /// rejected the request, or a reservation was cancelled) on a key that still held them (not
+    /// evicted, reset or moved to another policy since); they stay counted in `admitted`.
     pub refunds: u64,
 }
 
@@ -409,10 +410,11 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         with_store!(self, store => store.peek(&self.registry, hash, now, cost))
     }
 
-    /// Take back the admission of `receipt` at `now`.
+    /// Take back the admission of `receipt` at `now` (counted if the key still held it).
     pub(crate) fn refund_at(&self, receipt: &Receipt, now: u64) {
-        with_store!(self, store => store.refund(&self.registry, receipt, now));
-        self.refunds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if with_store!(self, store => store.refund(&self.registry, receipt, now)) {
+            self.refunds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     #[inline]

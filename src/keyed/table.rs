@@ -604,17 +604,17 @@ impl Store for Table {
         }
     }
 
-    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64) {
+    fn refund<P: Policies>(&self, policies: &P, receipt: &Receipt, now: u64) -> bool {
         let place = self.place(receipt.hash);
         // A key gone (evicted, reset) or moved to another policy since has nothing to take back.
-        let Some((slot, key)) = self.find(place) else { return };
+        let Some((slot, key)) = self.find(place) else { return false };
         if (key >> FP_BITS) as u8 != receipt.idx {
-            return;
+            return false;
         }
-        let Some(algorithm) = policies.algorithm(receipt.idx) else { return };
+        let Some(algorithm) = policies.algorithm(receipt.idx) else { return false };
         let still_ours = || slot.key.load(Ordering::Acquire) == key;
         let charge = (receipt.before, receipt.after, receipt.cost);
-        refund_masked(algorithm, &slot.state, self.mask(key), still_ours, now, charge);
+        refund_masked(algorithm, &slot.state, self.mask(key), still_ours, now, charge)
     }
 
     /// Forget the key at `place`: its next request is decided as a fresh key's.
