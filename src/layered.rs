@@ -693,17 +693,13 @@ impl LayeredDecision {
 
     /// The combined decision (see the type's documentation): what to answer the request.
     pub fn decision(&self) -> Decision {
-        let mut least: Option<usize> = None;
+        let Some(least) = self.least() else { return NOTHING };
         let (mut reset, mut delay, mut retry) = (0u64, 0u64, 0u64);
-        for (i, d) in self.enforcing() {
-            if least.is_none_or(|l| d.remaining() < self.layers[l].remaining()) {
-                least = Some(i);
-            }
+        for (_, d) in self.enforcing() {
             reset = reset.max(d.reset_after_ns());
             delay = delay.max(d.delay_ns());
             retry = retry.max(d.retry_after_ns().unwrap_or(0));
         }
-        let Some(least) = least else { return NOTHING };
         let base = self.layers[least];
         match self.rejected_by {
             None => base.combined(Outcome::Admitted, reset, delay),
@@ -732,9 +728,14 @@ impl LayeredDecision {
     /// found it impossible: that layer first); for an admission, the one with the least
     /// remaining. `None` when every layer was skipped or is a dry run.
     pub fn decided_by(&self) -> Option<usize> {
-        if let Some(by) = self.rejected_by {
-            return Some(usize::from(by));
+        match self.rejected_by {
+            Some(by) => Some(usize::from(by)),
+            None => self.least(),
         }
+    }
+
+    /// The enforcing layer with the least remaining (the first on ties).
+    fn least(&self) -> Option<usize> {
         let mut least: Option<(usize, u64)> = None;
         for (i, d) in self.enforcing() {
             if least.is_none_or(|(_, r)| d.remaining() < r) {

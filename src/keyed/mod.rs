@@ -154,6 +154,15 @@ pub(crate) struct Receipt {
     pub(crate) cost: u32,
 }
 
+impl Receipt {
+    /// The receipt of an admission that replaced `before` with `after` (`charge`), if there was
+    /// one.
+    #[inline]
+    fn of(hash: u64, idx: u8, charge: Option<(u64, u64)>, cost: u32) -> Option<Self> {
+        charge.map(|(before, after)| Receipt { hash, idx, before, after, cost })
+    }
+}
+
 /// Shards for a table of `capacity` keys: about 1024 keys a shard, a power of two, at most 256.
 pub(crate) fn shard_count(capacity: u64) -> u64 {
     (capacity / 1024).clamp(1, 256).next_power_of_two()
@@ -357,8 +366,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub fn peek_n(&self, key: &K, cost: u32) -> Decision {
         let hash = self.hasher.hash_one(key);
         let now = self.floor.now(&self.clock);
-        let cost = cost.max(1);
-        with_store!(self, store => store.peek(&self.registry, hash, now, cost))
+        self.peek_hashed(hash, now, cost.max(1))
     }
 
     /// The hasher the table knows keys by.
@@ -379,14 +387,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let taken: Taken =
             with_store!(self, store => store.decide::<Taken, _>(&self.registry, hash, now, cost));
         self.counts.record(taken.decision.is_admitted());
-        let receipt = taken.charge.map(|(before, after)| Receipt {
-            hash,
-            idx: taken.idx,
-            before,
-            after,
-            cost,
-        });
-        (taken.decision, receipt)
+        (taken.decision, Receipt::of(hash, taken.idx, taken.charge, cost))
     }
 
     /// [`take_hashed`](Self::take_hashed) on the lean path: the receipt if admitted.
@@ -395,13 +396,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let charged: Charged =
             with_store!(self, store => store.decide::<Charged, _>(&self.registry, hash, now, cost));
         self.counts.record(charged.charge.is_some());
-        charged.charge.map(|(before, after)| Receipt {
-            hash,
-            idx: charged.idx,
-            before,
-            after,
-            cost,
-        })
+        Receipt::of(hash, charged.idx, charged.charge, cost)
     }
 
     /// [`peek_n`](Self::peek_n) for the key hashed `hash` at `now`.
