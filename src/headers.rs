@@ -26,6 +26,12 @@ fn seconds_up(ns: u64) -> u64 {
 /// A Structured Field string: printable ASCII with `"` and `\` escaped; anything else is dropped.
 fn sf_string(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
+    push_sf_string(name, &mut out);
+    out
+}
+
+/// [`sf_string`] appended to `out`.
+fn push_sf_string(name: &str, out: &mut String) {
     out.push('"');
     for c in name.chars().filter(|c| (' '..='~').contains(c)) {
         if c == '"' || c == '\\' {
@@ -34,7 +40,23 @@ fn sf_string(name: &str) -> String {
         out.push(c);
     }
     out.push('"');
-    out
+}
+
+/// `n` in decimal appended to `out` (no formatter machinery: a field is written per request).
+fn push_integer(mut n: u64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
 }
 
 impl Decision {
@@ -76,11 +98,33 @@ impl Decision {
     /// # Ok::<(), ratewell::PolicyError>(())
     /// ```
     pub fn ratelimit_field(&self, name: &str) -> String {
-        let mut field = format!("{};r={}", sf_string(name), self.remaining().min(MAX_SF_INTEGER));
-        if let Some(ns) = self.replenish_after_ns() {
-            field.push_str(&format!(";t={}", seconds_up(ns).min(MAX_SF_INTEGER)));
-        }
+        let mut field = String::new();
+        self.write_ratelimit_field(name, &mut field);
         field
+    }
+
+    /// [`ratelimit_field`](Self::ratelimit_field) appended to `out` (a buffer kept or sized by
+    /// the caller: no allocation of its own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Limiter, ManualClock, Policy};
+    ///
+    /// let limiter = Limiter::with_clock(&"fixed-window limit=10 window=1m".parse::<Policy>()?, ManualClock::new(0));
+    /// let mut field = String::from("x, ");
+    /// limiter.check().write_ratelimit_field("api", &mut field);
+    /// assert_eq!(field, r#"x, "api";r=9;t=60"#);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn write_ratelimit_field(&self, name: &str, out: &mut String) {
+        push_sf_string(name, out);
+        out.push_str(";r=");
+        push_integer(self.remaining().min(MAX_SF_INTEGER), out);
+        if let Some(ns) = self.replenish_after_ns() {
+            out.push_str(";t=");
+            push_integer(seconds_up(ns).min(MAX_SF_INTEGER), out);
+        }
     }
 }
 

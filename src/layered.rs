@@ -581,13 +581,24 @@ impl<C: Clock> LayeredLimiter<C> {
     /// The `RateLimit` field of a decision of this limiter: one item per layer that decided it
     /// (skipped layers have none), named by the layer.
     pub fn ratelimit_field(&self, decision: &LayeredDecision) -> String {
-        let items: Vec<String> = self
-            .layers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| decision.layer(i).map(|d| d.ratelimit_field(&l.name)))
-            .collect();
-        items.join(", ")
+        let mut field = String::new();
+        self.write_ratelimit_field(decision, &mut field);
+        field
+    }
+
+    /// [`ratelimit_field`](Self::ratelimit_field) appended to `out` (one buffer, no allocation
+    /// of its own: for a field written on every response).
+    pub fn write_ratelimit_field(&self, decision: &LayeredDecision, out: &mut String) {
+        let mut first = true;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if let Some(d) = decision.layer(i) {
+                if !first {
+                    out.push_str(", ");
+                }
+                first = false;
+                d.write_ratelimit_field(&layer.name, out);
+            }
+        }
     }
 }
 
