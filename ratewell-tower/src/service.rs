@@ -1,0 +1,424 @@
+//! The layer, its service, and the future of one request.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderName;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use ratewell::{Absent as Skip, Clock, IpPrefixes, LayerKey, LayeredDecision, LayeredLimiter};
+use ratewell::{MAX_LAYERS, OwnedReservation, QuantaClock};
+use tower::{Layer, Service};
+
+use crate::body::ResponseBody;
+use crate::builder::{Absent, Builder, CostFn, PeerFn};
+use crate::client_ip::{Resolved, TrustedProxies};
+use crate::key::{Key, KeyContext, KeyValue};
+use crate::metrics::{self, Counters, LayerCounter, Metrics};
+use crate::response;
+
+/// The `RateLimit-Policy` field name.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` field name.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+pub(crate) struct Shared<C: Clock> {
+    pub(crate) limiter: Arc<LayeredLimiter<C>>,
+    pub(crate) keys: Box<[(Key, Absent)]>,
+    pub(crate) trusted: TrustedProxies,
+    pub(crate) prefixes: IpPrefixes,
+    pub(crate) peer: Arc<PeerFn>,
+    pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) needs_client: bool,
+    pub(crate) delays: bool,
+    pub(crate) status: StatusCode,
+    pub(crate) impossible_status: StatusCode,
+    pub(crate) admitted_headers: bool,
+    pub(crate) dry_run: bool,
+    pub(crate) policy_field: String,
+    pub(crate) counters: Counters,
+}
+
+/// A [`tower::Layer`] that rate limits every request by one or more [`Limit`](crate::Limit)s.
+///
+/// Cloning it (or the services it makes) shares one engine: every connection, every route it is
+/// applied to, every clone counts against the same budgets.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell_tower::{Key, Limit, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::builder()
+///     .limit(Limit::new("ip", "token-bucket capacity=20 rate=10/s", Key::client_ip()))
+///     .limit(Limit::new("api-key", "fixed-window limit=1000 window=1h", Key::header("x-api-key")))
+///     .build()?;
+/// // axum: Router::new().route(...).layer(layer)
+/// # Ok::<(), ratewell_tower::BuildError>(())
+/// ```
+pub struct RateLimitLayer<C: Clock = QuantaClock> {
+    pub(crate) shared: Arc<Shared<C>>,
+}
+
+impl<C: Clock> Clone for RateLimitLayer<C> {
+    fn clone(&self) -> Self {
+        RateLimitLayer { shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl<C: Clock> fmt::Debug for RateLimitLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("policy", &self.shared.policy_field)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer<QuantaClock> {
+    /// A builder with no limit yet, on the TSC clock.
+    pub fn builder() -> Builder<QuantaClock> {
+        Builder::new()
+    }
+}
+
+impl<C: Clock> RateLimitLayer<C> {
+    /// What every service of this layer has decided so far.
+    pub fn metrics(&self) -> Metrics {
+        self.shared.metrics()
+    }
+
+    /// The engine: a [`LayeredLimiter`] with one layer per limit, in order.
+    pub fn limiter(&self) -> &Arc<LayeredLimiter<C>> {
+        &self.shared.limiter
+    }
+}
+
+impl<S, C: Clock> Layer<S> for RateLimitLayer<C> {
+    type Service = RateLimit<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit { inner, shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// The service of a [`RateLimitLayer`]: decides each request in `call`, and either answers it
+/// (429, or the configured status) or passes it to the inner service.
+///
+/// `poll_ready` is the inner service's: a full limit never holds back readiness (a connection's
+/// other requests, other keys, go on).
+pub struct RateLimit<S, C: Clock = QuantaClock> {
+    inner: S,
+    shared: Arc<Shared<C>>,
+}
+
+impl<S: Clone, C: Clock> Clone for RateLimit<S, C> {
+    fn clone(&self) -> Self {
+        RateLimit { inner: self.inner.clone(), shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl<S: fmt::Debug, C: Clock> fmt::Debug for RateLimit<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+impl<S, C: Clock> RateLimit<S, C> {
+    /// What every service of this layer has decided so far.
+    pub fn metrics(&self) -> Metrics {
+        self.shared.metrics()
+    }
+}
+
+impl<S, B, ResB, C> Service<Request<B>> for RateLimit<S, C>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone,
+    C: Clock + Send + Sync + 'static,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S, B, C>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        match self.shared.decide(&parts) {
+            Verdict::Pass(headers) => {
+                let future = self.inner.call(Request::from_parts(parts, body));
+                ResponseFuture { state: State::Inner { future }, headers }
+            }
+            Verdict::Delay { delay, reservation, headers } => {
+                // The request reaches the inner service later: it takes the service that was
+                // made ready, and leaves a clone to be made ready for the next request.
+                let clone = self.inner.clone();
+                let service = std::mem::replace(&mut self.inner, clone);
+                let delayed = Delayed {
+                    service: Some(service),
+                    request: Some(Request::from_parts(parts, body)),
+                    reservation: Some(*reservation),
+                    shared: Arc::clone(&self.shared),
+                };
+                ResponseFuture {
+                    state: State::Delayed {
+                        sleep: Box::pin(tokio::time::sleep(delay)),
+                        delayed: Box::new(delayed),
+                    },
+                    headers,
+                }
+            }
+            Verdict::Respond(response) => {
+                ResponseFuture { state: State::Ready { response: Some(response) }, headers: None }
+            }
+        }
+    }
+}
+
+/// The `RateLimit-Policy` and `RateLimit` values for an admitted response.
+pub(crate) type Fields = Option<(HeaderValue, Option<HeaderValue>)>;
+
+enum Verdict<C: Clock> {
+    Pass(Fields),
+    Delay { delay: Duration, reservation: Box<OwnedReservation<C>>, headers: Fields },
+    Respond(response::Ready),
+}
+
+impl<C: Clock> Shared<C> {
+    fn metrics(&self) -> Metrics {
+        let limiter = &self.limiter;
+        self.counters.read((0..limiter.len()).map(|i| {
+            (limiter.name(i).unwrap_or_default().to_owned(), limiter.metrics(i).unwrap_or_default())
+        }))
+    }
+
+    /// The client's address and network (counting what the forwarding header told).
+    #[inline]
+    fn client(&self, parts: &Parts) -> (Option<std::net::IpAddr>, Option<ratewell::IpKey>) {
+        let Some(peer) = (self.peer)(&parts.extensions) else {
+            self.counters.add(metrics::MISSING_PEER);
+            return (None, None);
+        };
+        let ip = match self.trusted.resolve(peer, &parts.headers) {
+            Resolved::Untrusted(ip) => {
+                self.counters.add(metrics::FORWARDED_UNTRUSTED);
+                ip
+            }
+            Resolved::Malformed(ip) => {
+                self.counters.add(metrics::FORWARDED_MALFORMED);
+                ip
+            }
+            resolved => resolved.ip(),
+        };
+        (Some(ip), Some(self.prefixes.key(ip)))
+    }
+
+    #[inline]
+    fn decide(&self, parts: &Parts) -> Verdict<C> {
+        let (client_ip, client) = if self.needs_client { self.client(parts) } else { (None, None) };
+        let cx = KeyContext { parts, client, client_ip };
+        let n = self.keys.len();
+        let mut values: [Option<KeyValue<'_>>; MAX_LAYERS] = Default::default();
+        for (i, (key, absent)) in self.keys.iter().enumerate() {
+            values[i] = key.extract(cx);
+            if values[i].is_none() {
+                if let Absent::Reject(status) = absent {
+                    self.counters.layer(i, LayerCounter::AbsentRejected);
+                    return Verdict::Respond(response::absent(
+                        *status,
+                        self.limiter.name(i).unwrap_or_default(),
+                        &parts.headers,
+                    ));
+                }
+            }
+        }
+        let mut keys: [&dyn LayerKey; MAX_LAYERS] = [&Skip; MAX_LAYERS];
+        for (slot, value) in keys.iter_mut().zip(&values[..n]) {
+            if let Some(value) = value {
+                *slot = value;
+            }
+        }
+        let keys = &keys[..n];
+        let cost = self.cost.as_ref().map_or(1, |f| f(cx));
+
+        let mut reservation = None;
+        let mut decision = LayeredDecision::default();
+        // With no layer that delays, a plain check; else a reservation, refunded if the
+        // request is dropped while it waits.
+        let checked = if self.delays {
+            self.limiter.reserve_owned(keys, cost).map(|r| {
+                decision = *r.decision();
+                reservation = Some(r);
+            })
+        } else {
+            self.limiter.check_into(keys, cost, &mut decision)
+        };
+        // The key count is the layer count by construction.
+        debug_assert!(checked.is_ok());
+
+        let combined = decision.decision();
+        let pass = combined.is_admitted() || self.dry_run;
+        self.count(&decision, n, pass);
+        if !pass {
+            return Verdict::Respond(self.rejection(&decision, &parts.headers));
+        }
+        let headers = self.admitted_headers.then(|| self.fields(&decision));
+        let delay = combined.delay_ns();
+        match reservation {
+            Some(reservation) if delay > 0 && !self.dry_run => {
+                self.counters.add(metrics::DELAYED);
+                Verdict::Delay {
+                    delay: Duration::from_nanos(delay),
+                    reservation: Box::new(reservation),
+                    headers,
+                }
+            }
+            Some(reservation) => {
+                reservation.commit();
+                Verdict::Pass(headers)
+            }
+            None => Verdict::Pass(headers),
+        }
+    }
+
+    #[inline]
+    fn count(&self, decision: &LayeredDecision, n: usize, pass: bool) {
+        let would_reject = would_reject(decision);
+        for i in 0..n {
+            let counter = match decision.layer(i) {
+                None => LayerCounter::Skipped,
+                Some(_) if would_reject & (1 << i) != 0 => LayerCounter::WouldReject,
+                Some(d) if d.is_admitted() => {
+                    if !pass {
+                        continue;
+                    }
+                    LayerCounter::Admitted
+                }
+                Some(_) if self.dry_run => LayerCounter::WouldReject,
+                Some(_) => LayerCounter::Rejected,
+            };
+            self.counters.layer(i, counter);
+        }
+    }
+
+    /// `RateLimit-Policy` and `RateLimit` (absent when every layer was skipped).
+    fn fields(&self, decision: &LayeredDecision) -> (HeaderValue, Option<HeaderValue>) {
+        let policy =
+            HeaderValue::from_str(&self.policy_field).expect("policy fields are printable ASCII");
+        let mut field = String::with_capacity(16 + 32 * self.keys.len());
+        self.limiter.write_ratelimit_field(decision, &mut field);
+        let field = (!field.is_empty()).then(|| {
+            HeaderValue::from_maybe_shared(Bytes::from(field))
+                .expect("RateLimit fields are printable ASCII")
+        });
+        (policy, field)
+    }
+
+    fn rejection(&self, decision: &LayeredDecision, request: &HeaderMap) -> response::Ready {
+        let combined = decision.decision();
+        let (policy, field) = self.fields(decision);
+        let would_reject = would_reject(decision);
+        let violated = (0..self.keys.len()).filter(|&i| {
+            decision.layer(i).is_some_and(|d| !d.is_admitted()) && would_reject & (1 << i) == 0
+        });
+        let names: Vec<&str> = violated.map(|i| self.limiter.name(i).unwrap_or_default()).collect();
+        if combined.is_impossible() {
+            response::impossible(self.impossible_status, policy, field, &names, request)
+        } else {
+            let wait = combined.retry_after_ns().unwrap_or(1).max(1);
+            response::rejected(self.status, wait, policy, field, &names, request)
+        }
+    }
+}
+
+/// The dry-run layers that would have rejected, as a bit set.
+fn would_reject(decision: &LayeredDecision) -> u32 {
+    decision.would_reject().fold(0, |mask, i| mask | 1 << i)
+}
+
+pin_project! {
+    /// The future of a request through [`RateLimit`]: the inner service's response with the
+    /// `RateLimit` fields added, or the layer's own answer.
+    pub struct ResponseFuture<F, S, B, C: Clock> {
+        #[pin]
+        state: State<F, S, B, C>,
+        headers: Fields,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, S, B, C: Clock> {
+        Inner { #[pin] future: F },
+        Delayed { sleep: Pin<Box<tokio::time::Sleep>>, delayed: Box<Delayed<S, B, C>> },
+        Ready { response: Option<response::Ready> },
+    }
+}
+
+/// A request waiting its delay: dropped before it reaches the inner service, it is refunded.
+struct Delayed<S, B, C: Clock> {
+    service: Option<S>,
+    request: Option<Request<B>>,
+    reservation: Option<OwnedReservation<C>>,
+    shared: Arc<Shared<C>>,
+}
+
+impl<S, B, C: Clock> Drop for Delayed<S, B, C> {
+    fn drop(&mut self) {
+        if self.reservation.is_some() {
+            // The reservation's own drop takes the charge back.
+            self.shared.counters.add(metrics::DELAY_REFUNDS);
+        }
+    }
+}
+
+impl<F, S, B, C, ResB, E> Future for ResponseFuture<F, S, B, C>
+where
+    F: Future<Output = Result<Response<ResB>, E>>,
+    S: Service<Request<B>, Response = Response<ResB>, Error = E, Future = F>,
+    C: Clock,
+{
+    type Output = Result<Response<ResponseBody<ResB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Inner { future } => {
+                    let mut response = ready!(future.poll(cx))?.map(ResponseBody::inner);
+                    if let Some((policy, field)) = this.headers.take() {
+                        let headers = response.headers_mut();
+                        headers.insert(RATELIMIT_POLICY, policy);
+                        if let Some(field) = field {
+                            headers.insert(RATELIMIT, field);
+                        }
+                    }
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Delayed { sleep, delayed } => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let service = delayed.service.as_mut().expect("polled after completion");
+                    ready!(service.poll_ready(cx))?;
+                    let request = delayed.request.take().expect("polled after completion");
+                    let future = service.call(request);
+                    if let Some(reservation) = delayed.reservation.take() {
+                        reservation.commit();
+                    }
+                    this.state.set(State::Inner { future });
+                }
+                StateProj::Ready { response } => {
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.into_response()));
+                }
+            }
+        }
+    }
+}
