@@ -20,7 +20,9 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Inner { #[pin] body: B },
-        Full { data: Option<Bytes> },
+        // Boxed: a rejection allocates its body anyway, and the inner service's bodies stay
+        // as small as they are (a body is moved with every response).
+        Full { data: Option<Box<Bytes>> },
     }
 }
 
@@ -32,7 +34,7 @@ impl<B> ResponseBody<B> {
 
     /// A body of these bytes (none for empty).
     pub fn full(data: Bytes) -> Self {
-        ResponseBody { kind: Kind::Full { data: (!data.is_empty()).then_some(data) } }
+        ResponseBody { kind: Kind::Full { data: (!data.is_empty()).then(|| Box::new(data)) } }
     }
 }
 
@@ -56,7 +58,7 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(*d)))),
         }
     }
 

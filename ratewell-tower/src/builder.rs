@@ -319,10 +319,16 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
         let delays = (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::delays));
         let policy_field = limiter.ratelimit_policy_field();
         let needs_client = self.limits.iter().any(|l| l.key.needs_client_ip());
+        let any_dry_run =
+            (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::is_dry_run));
+        let lean = !self.admitted_headers && !self.dry_run && !delays && !any_dry_run;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter: Arc::new(limiter),
                 keys: self.limits.iter().map(|l| (l.key.clone(), l.absent)).collect(),
+                required: (0..self.limits.len())
+                    .filter(|&i| matches!(self.limits[i].absent, Absent::Reject(_)))
+                    .collect(),
                 trusted: self.trusted,
                 prefixes: self.prefixes,
                 peer: self.peer,
@@ -332,6 +338,7 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
                 status: self.status,
                 impossible_status: self.impossible_status,
                 admitted_headers: self.admitted_headers,
+                lean,
                 dry_run: self.dry_run,
                 policy_field,
                 counters: Counters::new(),

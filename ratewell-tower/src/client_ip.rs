@@ -115,15 +115,29 @@ impl TrustedProxies {
     }
 
     fn header_name(&self) -> HeaderName {
+        const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
         match self.header {
-            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
             ForwardedHeader::Forwarded => FORWARDED,
         }
     }
 
     /// The client of a request from `peer` with these headers.
+    #[inline]
     pub(crate) fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Resolved {
         let peer = peer.to_canonical();
+        if self.nets.is_empty() {
+            // No proxy is trusted: a forwarding header is only counted.
+            return if headers.contains_key(self.header_name()) {
+                Resolved::Untrusted(peer)
+            } else {
+                Resolved::Peer(peer)
+            };
+        }
+        self.resolve_trusted(peer, headers)
+    }
+
+    fn resolve_trusted(&self, peer: IpAddr, headers: &HeaderMap) -> Resolved {
         let name = self.header_name();
         if !self.contains(peer) {
             return if headers.contains_key(&name) {

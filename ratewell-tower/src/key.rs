@@ -6,8 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{AUTHORIZATION, HeaderName};
-use http::request::Parts;
-use http::{Extensions, HeaderMap, Method, Uri};
+use http::{Extensions, HeaderMap, Method, Request, Uri};
 use ratewell::IpKey;
 
 /// What a [`Limit`](crate::Limit) keys a request by: each distinct key has its own budget.
@@ -105,15 +104,15 @@ impl Key {
     #[inline]
     pub(crate) fn extract<'a>(&self, cx: KeyContext<'a>) -> Option<KeyValue<'a>> {
         match &self.0 {
-            KeyKind::ClientIp => cx.client.map(KeyValue::Ip),
+            KeyKind::ClientIp => cx.client.map(|c| KeyValue::Ip(c.network)),
             KeyKind::Header(name) => {
-                let value = cx.parts.headers.get(name)?.as_bytes();
+                let value = cx.headers.get(name)?.as_bytes();
                 (!value.is_empty()).then_some(KeyValue::Bytes(value))
             }
             KeyKind::Bearer => {
-                bearer(cx.parts.headers.get(AUTHORIZATION)?.as_bytes()).map(KeyValue::Bytes)
+                bearer(cx.headers.get(AUTHORIZATION)?.as_bytes()).map(KeyValue::Bytes)
             }
-            KeyKind::Path => Some(KeyValue::Bytes(cx.parts.uri.path().as_bytes())),
+            KeyKind::Path => Some(KeyValue::Bytes(cx.uri.path().as_bytes())),
             KeyKind::Global => Some(KeyValue::U64(0)),
             KeyKind::Fn(f) => f(cx),
         }
@@ -133,40 +132,59 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 /// The request as a [`Key::from_fn`] closure sees it, with the client's address resolved.
 #[derive(Clone, Copy, Debug)]
 pub struct KeyContext<'a> {
-    pub(crate) parts: &'a Parts,
-    pub(crate) client: Option<IpKey>,
-    pub(crate) client_ip: Option<IpAddr>,
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+    client: Option<&'a Client>,
+}
+
+/// A request's client: its address and the network it is keyed by.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Client {
+    pub(crate) ip: IpAddr,
+    pub(crate) network: IpKey,
 }
 
 impl<'a> KeyContext<'a> {
+    pub(crate) fn new<B>(request: &'a Request<B>, client: Option<&'a Client>) -> Self {
+        KeyContext {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+            client,
+        }
+    }
+
     /// The method.
     pub fn method(&self) -> &'a Method {
-        &self.parts.method
+        self.method
     }
 
     /// The URI.
     pub fn uri(&self) -> &'a Uri {
-        &self.parts.uri
+        self.uri
     }
 
     /// The headers.
     pub fn headers(&self) -> &'a HeaderMap {
-        &self.parts.headers
+        self.headers
     }
 
     /// The extensions (axum's `MatchedPath`, a `ConnectInfo`, an authenticated user).
     pub fn extensions(&self) -> &'a Extensions {
-        &self.parts.extensions
+        self.extensions
     }
 
     /// The client's address as [`Key::client_ip`] resolves it (`None` without a peer address).
     pub fn client_ip(&self) -> Option<IpAddr> {
-        self.client_ip
+        self.client.map(|c| c.ip)
     }
 
     /// The client's address truncated to the builder's prefixes, as [`Key::client_ip`] keys it.
     pub fn client_network(&self) -> Option<IpKey> {
-        self.client
+        self.client.map(|c| c.network)
     }
 }
 
@@ -192,7 +210,7 @@ impl Hash for KeyValue<'_> {
             KeyValue::Owned(bytes) => bytes.as_slice().hash(state),
             KeyValue::Ip(ip) => {
                 state.write_u8(1);
-                ip.hash(state)
+                state.write_u128(ip.to_bits())
             }
             KeyValue::U64(n) => {
                 state.write_u8(2);

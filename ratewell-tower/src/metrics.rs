@@ -13,13 +13,13 @@ use ratewell::MAX_LAYERS;
 /// Blocks of counters; threads beyond this many share blocks (still exact: `fetch_add`).
 const STRIPES: usize = 16;
 
-/// Counters of one layer, in a block.
-const ADMITTED: usize = 0;
-const REJECTED: usize = 1;
-const WOULD_REJECT: usize = 2;
-const SKIPPED: usize = 3;
-const ABSENT_REJECTED: usize = 4;
-const PER_LAYER: usize = 5;
+/// Counters of one layer, in a block (its admissions are the engine's own count, which a
+/// decision keeps without a read-modify-write).
+const REJECTED: usize = 0;
+const WOULD_REJECT: usize = 1;
+const SKIPPED: usize = 2;
+const ABSENT_REJECTED: usize = 3;
+const PER_LAYER: usize = 4;
 /// Counters of the whole layer, after the layers'.
 const GLOBAL: usize = MAX_LAYERS * PER_LAYER;
 pub(crate) const FORWARDED_UNTRUSTED: usize = GLOBAL;
@@ -81,7 +81,8 @@ impl Counters {
             .enumerate()
             .map(|(i, (name, table))| LayerMetrics {
                 name,
-                admitted: self.sum(i * PER_LAYER + ADMITTED),
+                admitted: table.admitted,
+                refunded: table.refunds,
                 rejected: self.sum(i * PER_LAYER + REJECTED),
                 would_reject: self.sum(i * PER_LAYER + WOULD_REJECT),
                 skipped: self.sum(i * PER_LAYER + SKIPPED),
@@ -104,7 +105,6 @@ impl Counters {
 
 #[derive(Clone, Copy)]
 pub(crate) enum LayerCounter {
-    Admitted = ADMITTED as isize,
     Rejected = REJECTED as isize,
     WouldReject = WOULD_REJECT as isize,
     Skipped = SKIPPED as isize,
@@ -138,8 +138,11 @@ pub struct Metrics {
 pub struct LayerMetrics {
     /// The layer's name.
     pub name: String,
-    /// Requests this layer decided that reached the inner service.
+    /// Requests this layer admitted (and charged), including those taken back in `refunded`.
     pub admitted: u64,
+    /// Admissions taken back: another layer rejected the request, or it was dropped while it
+    /// waited its delay.
+    pub refunded: u64,
     /// Requests this layer rejected (with all-or-nothing layers, a request rejected by an earlier
     /// layer is counted here too if this layer would have rejected it).
     pub rejected: u64,

@@ -1,5 +1,6 @@
 //! The layer, its service, and the future of one request.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,17 +10,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::HeaderName;
-use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use ratewell::{Absent as Skip, Clock, IpPrefixes, LayerKey, LayeredDecision, LayeredLimiter};
+use ratewell::{Clock, IpPrefixes, KeyHasher, LayerKey, LayeredDecision, LayeredLimiter};
 use ratewell::{MAX_LAYERS, OwnedReservation, QuantaClock};
 use tower::{Layer, Service};
 
 use crate::body::ResponseBody;
 use crate::builder::{Absent, Builder, CostFn, PeerFn};
 use crate::client_ip::{Resolved, TrustedProxies};
-use crate::key::{Key, KeyContext, KeyValue};
+use crate::key::{Client, Key, KeyContext};
 use crate::metrics::{self, Counters, LayerCounter, Metrics};
 use crate::response;
 
@@ -31,6 +31,8 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub(crate) struct Shared<C: Clock> {
     pub(crate) limiter: Arc<LayeredLimiter<C>>,
     pub(crate) keys: Box<[(Key, Absent)]>,
+    /// The layers whose key is required ([`Absent::Reject`]).
+    pub(crate) required: Box<[usize]>,
     pub(crate) trusted: TrustedProxies,
     pub(crate) prefixes: IpPrefixes,
     pub(crate) peer: Arc<PeerFn>,
@@ -40,6 +42,9 @@ pub(crate) struct Shared<C: Clock> {
     pub(crate) status: StatusCode,
     pub(crate) impossible_status: StatusCode,
     pub(crate) admitted_headers: bool,
+    /// No admitted response needs a decision's report (no headers, no dry run, no delay): an
+    /// admission is decided by `allow`, and only a rejection is reported (by a peek).
+    pub(crate) lean: bool,
     pub(crate) dry_run: bool,
     pub(crate) policy_field: String,
     pub(crate) counters: Counters,
@@ -151,11 +156,10 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        match self.shared.decide(&parts) {
+        match self.shared.decide(&request) {
             Verdict::Pass(headers) => {
-                let future = self.inner.call(Request::from_parts(parts, body));
-                ResponseFuture { state: State::Inner { future }, headers }
+                let future = self.inner.call(request);
+                ResponseFuture { state: State::Inner { future, headers } }
             }
             Verdict::Delay { delay, reservation, headers } => {
                 // The request reaches the inner service later: it takes the service that was
@@ -164,7 +168,7 @@ where
                 let service = std::mem::replace(&mut self.inner, clone);
                 let delayed = Delayed {
                     service: Some(service),
-                    request: Some(Request::from_parts(parts, body)),
+                    request: Some(request),
                     reservation: Some(*reservation),
                     shared: Arc::clone(&self.shared),
                 };
@@ -172,24 +176,24 @@ where
                     state: State::Delayed {
                         sleep: Box::pin(tokio::time::sleep(delay)),
                         delayed: Box::new(delayed),
+                        headers,
                     },
-                    headers,
                 }
             }
             Verdict::Respond(response) => {
-                ResponseFuture { state: State::Ready { response: Some(response) }, headers: None }
+                ResponseFuture { state: State::Ready { response: Some(response) } }
             }
         }
     }
 }
 
 /// The `RateLimit-Policy` and `RateLimit` values for an admitted response.
-pub(crate) type Fields = Option<(HeaderValue, Option<HeaderValue>)>;
+pub(crate) type Fields = Option<Box<(HeaderValue, Option<HeaderValue>)>>;
 
 enum Verdict<C: Clock> {
     Pass(Fields),
     Delay { delay: Duration, reservation: Box<OwnedReservation<C>>, headers: Fields },
-    Respond(response::Ready),
+    Respond(Box<response::Ready>),
 }
 
 impl<C: Clock> Shared<C> {
@@ -202,12 +206,12 @@ impl<C: Clock> Shared<C> {
 
     /// The client's address and network (counting what the forwarding header told).
     #[inline]
-    fn client(&self, parts: &Parts) -> (Option<std::net::IpAddr>, Option<ratewell::IpKey>) {
-        let Some(peer) = (self.peer)(&parts.extensions) else {
+    fn client<B>(&self, request: &Request<B>) -> Option<Client> {
+        let Some(peer) = (self.peer)(request.extensions()) else {
             self.counters.add(metrics::MISSING_PEER);
-            return (None, None);
+            return None;
         };
-        let ip = match self.trusted.resolve(peer, &parts.headers) {
+        let ip = match self.trusted.resolve(peer, request.headers()) {
             Resolved::Untrusted(ip) => {
                 self.counters.add(metrics::FORWARDED_UNTRUSTED);
                 ip
@@ -218,37 +222,73 @@ impl<C: Clock> Shared<C> {
             }
             resolved => resolved.ip(),
         };
-        (Some(ip), Some(self.prefixes.key(ip)))
+        Some(Client { ip, network: self.prefixes.key(ip) })
     }
 
     #[inline]
-    fn decide(&self, parts: &Parts) -> Verdict<C> {
-        let (client_ip, client) = if self.needs_client { self.client(parts) } else { (None, None) };
-        let cx = KeyContext { parts, client, client_ip };
+    fn decide<B>(&self, request: &Request<B>) -> Verdict<C> {
+        let client = if self.needs_client { self.client(request) } else { None };
+        let cx = KeyContext::new(request, client.as_ref());
+        if !self.required.is_empty() {
+            if let Some(response) = self.missing_required(&cx) {
+                return Verdict::Respond(response);
+            }
+        }
         let n = self.keys.len();
-        let mut values: [Option<KeyValue<'_>>; MAX_LAYERS] = Default::default();
-        for (i, (key, absent)) in self.keys.iter().enumerate() {
-            values[i] = key.extract(cx);
-            if values[i].is_none() {
-                if let Absent::Reject(status) = absent {
-                    self.counters.layer(i, LayerCounter::AbsentRejected);
-                    return Verdict::Respond(response::absent(
-                        *status,
-                        self.limiter.name(i).unwrap_or_default(),
-                        &parts.headers,
-                    ));
-                }
-            }
-        }
-        let mut keys: [&dyn LayerKey; MAX_LAYERS] = [&Skip; MAX_LAYERS];
-        for (slot, value) in keys.iter_mut().zip(&values[..n]) {
-            if let Some(value) = value {
-                *slot = value;
-            }
-        }
+        // Each layer's key is extracted when the layer hashes it: no key is copied out of the
+        // request, and a layer after a rejecting one may never extract its own.
+        let absent = Cell::new(0u8);
+        let lazy: [LazyKey<'_, '_>; MAX_LAYERS] = std::array::from_fn(|i| LazyKey {
+            key: &self.keys[i.min(n - 1)].0,
+            cx: &cx,
+            absent: &absent,
+            bit: 1 << i,
+        });
+        let keys: [&dyn LayerKey; MAX_LAYERS] = std::array::from_fn(|i| &lazy[i] as &dyn LayerKey);
         let keys = &keys[..n];
         let cost = self.cost.as_ref().map_or(1, |f| f(cx));
+        if self.lean && self.limiter.allow(keys, cost) == Ok(true) {
+            // Admissions are counted by the engine; only skipped layers here.
+            let mut skipped = absent.get();
+            while skipped != 0 {
+                self.counters.layer(skipped.trailing_zeros() as usize, LayerCounter::Skipped);
+                skipped &= skipped - 1;
+            }
+            return Verdict::Pass(None);
+        }
+        self.decide_reported(keys, cost, request.headers())
+    }
 
+    /// The answer for a request without the key of a limit that requires one.
+    #[cold]
+    fn missing_required(&self, cx: &KeyContext<'_>) -> Option<Box<response::Ready>> {
+        for &i in self.required.iter() {
+            let (key, absent) = &self.keys[i];
+            if let (None, Absent::Reject(status)) = (key.extract(*cx), absent) {
+                self.counters.layer(i, LayerCounter::AbsentRejected);
+                let name = self.limiter.name(i).unwrap_or_default();
+                return Some(Box::new(response::absent(*status, name, cx.headers())));
+            }
+        }
+        None
+    }
+
+    /// A decision whose report is needed: for the headers, a dry run, a delay, or (on the lean
+    /// path, where nothing was charged) a rejection.
+    #[inline(never)]
+    fn decide_reported(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+        request: &HeaderMap,
+    ) -> Verdict<C> {
+        let n = keys.len();
+        if self.lean {
+            // `allow` rejected and charged nothing: the state as it is now is the rejection's.
+            let decision = self.limiter.peek(keys, cost).unwrap_or_default();
+            self.count(&decision, n);
+            return Verdict::Respond(Box::new(self.rejection(&decision, request)));
+        }
         let mut reservation = None;
         let mut decision = LayeredDecision::default();
         // With no layer that delays, a plain check; else a reservation, refunded if the
@@ -266,11 +306,11 @@ impl<C: Clock> Shared<C> {
 
         let combined = decision.decision();
         let pass = combined.is_admitted() || self.dry_run;
-        self.count(&decision, n, pass);
+        self.count(&decision, n);
         if !pass {
-            return Verdict::Respond(self.rejection(&decision, &parts.headers));
+            return Verdict::Respond(Box::new(self.rejection(&decision, request)));
         }
-        let headers = self.admitted_headers.then(|| self.fields(&decision));
+        let headers = self.admitted_headers.then(|| Box::new(self.fields(&decision)));
         let delay = combined.delay_ns();
         match reservation {
             Some(reservation) if delay > 0 && !self.dry_run => {
@@ -290,18 +330,14 @@ impl<C: Clock> Shared<C> {
     }
 
     #[inline]
-    fn count(&self, decision: &LayeredDecision, n: usize, pass: bool) {
+    fn count(&self, decision: &LayeredDecision, n: usize) {
         let would_reject = would_reject(decision);
         for i in 0..n {
             let counter = match decision.layer(i) {
                 None => LayerCounter::Skipped,
                 Some(_) if would_reject & (1 << i) != 0 => LayerCounter::WouldReject,
-                Some(d) if d.is_admitted() => {
-                    if !pass {
-                        continue;
-                    }
-                    LayerCounter::Admitted
-                }
+                // Admissions are the engine's count.
+                Some(d) if d.is_admitted() => continue,
                 Some(_) if self.dry_run => LayerCounter::WouldReject,
                 Some(_) => LayerCounter::Rejected,
             };
@@ -339,6 +375,28 @@ impl<C: Clock> Shared<C> {
     }
 }
 
+/// A layer's key, extracted from the request when the layer hashes it; an absent key sets the
+/// layer's bit in `absent`.
+struct LazyKey<'r, 'a> {
+    key: &'r Key,
+    cx: &'r KeyContext<'a>,
+    absent: &'r Cell<u8>,
+    bit: u8,
+}
+
+impl LayerKey for LazyKey<'_, '_> {
+    #[inline]
+    fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+        match self.key.extract(*self.cx) {
+            Some(value) => Some(hasher.hash(&value)),
+            None => {
+                self.absent.set(self.absent.get() | self.bit);
+                None
+            }
+        }
+    }
+}
+
 /// The dry-run layers that would have rejected, as a bit set.
 fn would_reject(decision: &LayeredDecision) -> u32 {
     decision.would_reject().fold(0, |mask, i| mask | 1 << i)
@@ -350,16 +408,15 @@ pin_project! {
     pub struct ResponseFuture<F, S, B, C: Clock> {
         #[pin]
         state: State<F, S, B, C>,
-        headers: Fields,
     }
 }
 
 pin_project! {
     #[project = StateProj]
     enum State<F, S, B, C: Clock> {
-        Inner { #[pin] future: F },
-        Delayed { sleep: Pin<Box<tokio::time::Sleep>>, delayed: Box<Delayed<S, B, C>> },
-        Ready { response: Option<response::Ready> },
+        Inner { #[pin] future: F, headers: Fields },
+        Delayed { sleep: Pin<Box<tokio::time::Sleep>>, delayed: Box<Delayed<S, B, C>>, headers: Fields },
+        Ready { response: Option<Box<response::Ready>> },
     }
 }
 
@@ -392,9 +449,10 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Inner { future } => {
+                StateProj::Inner { future, headers } => {
                     let mut response = ready!(future.poll(cx))?.map(ResponseBody::inner);
-                    if let Some((policy, field)) = this.headers.take() {
+                    if let Some(fields) = headers.take() {
+                        let (policy, field) = *fields;
                         let headers = response.headers_mut();
                         headers.insert(RATELIMIT_POLICY, policy);
                         if let Some(field) = field {
@@ -403,7 +461,7 @@ where
                     }
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Delayed { sleep, delayed } => {
+                StateProj::Delayed { sleep, delayed, headers } => {
                     ready!(sleep.as_mut().poll(cx));
                     let service = delayed.service.as_mut().expect("polled after completion");
                     ready!(service.poll_ready(cx))?;
@@ -412,7 +470,8 @@ where
                     if let Some(reservation) = delayed.reservation.take() {
                         reservation.commit();
                     }
-                    this.state.set(State::Inner { future });
+                    let headers = headers.take();
+                    this.state.set(State::Inner { future, headers });
                 }
                 StateProj::Ready { response } => {
                     let response = response.take().expect("polled after completion");

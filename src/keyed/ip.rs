@@ -94,6 +94,25 @@ impl IpKey {
     pub fn new(ip: IpAddr) -> Self {
         IpPrefixes::default().key(ip)
     }
+
+    /// The network's address in 128 bits, host bits zero: an IPv6 network as it is, an IPv4
+    /// network in its IPv4-mapped form (`::ffff:a.b.c.d`). Two keys made with the same prefixes
+    /// are equal exactly when their bits are: one `u128` to hash where the key's derived `Hash`
+    /// writes three fields.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{IpKey, IpPrefixes};
+    ///
+    /// let key = IpKey::new("192.0.2.7".parse().unwrap());
+    /// assert_eq!(key.to_bits(), 0xffff_c000_0207);
+    /// let net = IpPrefixes::new(32, 48).unwrap().key("2001:db8:1:2::1".parse().unwrap());
+    /// assert_eq!(net.to_bits(), 0x2001_0db8_0001_u128 << 80);
+    /// ```
+    pub fn to_bits(&self) -> u128 {
+        if self.v6 { self.bits } else { 0xffff_0000_0000 | self.bits }
+    }
 }
 
 impl fmt::Display for IpKey {
