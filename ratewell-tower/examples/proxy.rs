@@ -1,0 +1,262 @@
+//! A small rate-limiting reverse proxy: a hyper server in front of one HTTP upstream, with the
+//! ratewell layer deciding every request before it is forwarded.
+//!
+//! ```text
+//! cargo run --release -p ratewell-tower --example proxy -- \
+//!     --listen 127.0.0.1:8080 --upstream 127.0.0.1:9000 \
+//!     --policy 'token-bucket capacity=20 rate=10/s'
+//! ```
+//!
+//! See `--help` for every option.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use ratewell_tower::{Absent, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies};
+use tower::{Layer, ServiceBuilder};
+
+const HELP: &str = "\
+A rate-limiting reverse proxy (ratewell-tower example).
+
+usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:KEY:POLICY]...
+             [--require NAME]... [--trusted-proxy CIDR]... [--forwarded] [--dry-run]
+             [--no-headers]
+
+  --listen ADDR            address to serve on (127.0.0.1:8080; port 0 picks a free one)
+  --upstream HOST:PORT     the HTTP server requests are forwarded to
+  --policy POLICY          a limit named \"ip\" per client address, in the policy grammar:
+                           'token-bucket capacity=20 rate=10/s'
+  --layer NAME:KEY:POLICY  a limit named NAME, keyed by KEY, one of
+                             ip              the client address (IPv6 per /64)
+                             header=NAME     a request header (an API key)
+                             bearer          the token of 'Authorization: Bearer'
+                             path            the request path
+                             global          one budget for every request
+                           e.g. --layer 'key:header=x-api-key:sliding-window limit=100 window=1m'
+                           Limits apply in order, all or nothing.
+  --require NAME           answer 401 to a request without limit NAME's key (default: skip
+                           the limit for that request)
+  --trusted-proxy CIDR     a proxy in front of this one whose forwarding header names the client
+                           (repeatable; the client is the rightmost untrusted address)
+  --forwarded              read RFC 7239 'Forwarded' from trusted proxies, not X-Forwarded-For
+  --dry-run                reject nothing; headers and metrics as if enforcing
+  --no-headers             no RateLimit fields on admitted responses
+
+It prints 'listening on ADDR' once it serves. Rejected requests get 429 with Retry-After,
+RateLimit-Policy, RateLimit and a problem-details body; admitted ones are forwarded with the
+client's address appended to X-Forwarded-For.
+";
+
+struct Options {
+    listen: String,
+    upstream: String,
+    limits: Vec<(String, String, String)>,
+    required: Vec<String>,
+    trusted: Vec<String>,
+    forwarded: bool,
+    dry_run: bool,
+    headers: bool,
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut o = Options {
+        listen: String::new(),
+        upstream: String::new(),
+        limits: Vec::new(),
+        required: Vec::new(),
+        trusted: Vec::new(),
+        forwarded: false,
+        dry_run: false,
+        headers: true,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--help" | "-h" => return Err(String::new()),
+            "--listen" => o.listen = value()?,
+            "--upstream" => o.upstream = value()?,
+            "--policy" => o.limits.push(("ip".into(), "ip".into(), value()?)),
+            "--layer" => {
+                let spec = value()?;
+                let mut parts = spec.splitn(3, ':');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(name), Some(key), Some(policy)) => {
+                        o.limits.push((name.into(), key.into(), policy.into()))
+                    }
+                    _ => return Err(format!("--layer {spec:?}: expected NAME:KEY:POLICY")),
+                }
+            }
+            "--require" => o.required.push(value()?),
+            "--trusted-proxy" => o.trusted.push(value()?),
+            "--forwarded" => o.forwarded = true,
+            "--dry-run" => o.dry_run = true,
+            "--no-headers" => o.headers = false,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if o.listen.is_empty() || o.upstream.is_empty() {
+        return Err("--listen and --upstream are required".into());
+    }
+    if o.limits.is_empty() {
+        return Err("give at least one --policy or --layer".into());
+    }
+    Ok(o)
+}
+
+fn key(spec: &str) -> Result<Key, String> {
+    Ok(match spec {
+        "ip" => Key::client_ip(),
+        "bearer" => Key::bearer_token(),
+        "path" => Key::path(),
+        "global" => Key::global(),
+        _ => match spec.strip_prefix("header=") {
+            Some(name) if HeaderName::from_bytes(name.as_bytes()).is_ok() => Key::header(name),
+            _ => {
+                return Err(format!("unknown key {spec:?} (ip, header=NAME, bearer, path, global)"));
+            }
+        },
+    })
+}
+
+fn layer(o: &Options) -> Result<RateLimitLayer, String> {
+    let trusted = TrustedProxies::new(&o.trusted).map_err(|e| e.to_string())?;
+    let trusted = if o.forwarded { trusted.header(ForwardedHeader::Forwarded) } else { trusted };
+    let mut builder = RateLimitLayer::builder()
+        .trusted_proxies(trusted)
+        .dry_run(o.dry_run)
+        .admitted_headers(o.headers);
+    for (name, key_spec, policy) in &o.limits {
+        let mut limit = Limit::new(name.clone(), policy, key(key_spec)?);
+        if o.required.contains(name) {
+            limit = limit.when_absent(Absent::Reject(StatusCode::UNAUTHORIZED));
+        }
+        builder = builder.limit(limit);
+    }
+    if let Some(name) = o.required.iter().find(|r| !o.limits.iter().any(|(n, ..)| n == *r)) {
+        return Err(format!("--require {name:?}: no such limit"));
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// Headers of one connection, not to be forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+type Body = Either<Incoming, Full<Bytes>>;
+
+async fn forward(
+    client: Client<HttpConnector, Incoming>,
+    upstream: String,
+    mut request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let uri: Uri = match format!("http://{upstream}{path}").parse() {
+        Ok(uri) => uri,
+        Err(_) => return Ok(status(StatusCode::BAD_REQUEST, "bad request target\n")),
+    };
+    *request.uri_mut() = uri;
+    let peer = request.extensions().get::<SocketAddr>().map(SocketAddr::ip);
+    let headers = request.headers_mut();
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    // Append the peer this proxy sees, as every proxy on the way does.
+    if let Some(peer) = peer {
+        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(before) => format!("{before}, {peer}"),
+            None => peer.to_string(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&forwarded) {
+            headers.insert("x-forwarded-for", value);
+        }
+    }
+    match client.request(request).await {
+        Ok(mut response) => {
+            for name in HOP_BY_HOP {
+                response.headers_mut().remove(name);
+            }
+            Ok(response.map(Either::Left))
+        }
+        Err(_) => Ok(status(StatusCode::BAD_GATEWAY, "upstream unavailable\n")),
+    }
+}
+
+fn status(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(body.as_bytes()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = match parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("proxy: {e}\n(see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let limit = match layer(&options) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(&options.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("proxy: cannot listen on {}: {e}", options.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let local = listener.local_addr().expect("a bound listener has an address");
+    println!("listening on {local}");
+    let client: Client<HttpConnector, Incoming> =
+        Client::builder(TokioExecutor::new()).build_http();
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => continue,
+        };
+        let (client, upstream) = (client.clone(), options.upstream.clone());
+        let service = ServiceBuilder::new()
+            .map_request(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(peer);
+                request
+            })
+            .service(limit.layer(tower::service_fn(move |request| {
+                forward(client.clone(), upstream.clone(), request)
+            })));
+        tokio::spawn(async move {
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                .await;
+        });
+    }
+}
