@@ -4,7 +4,8 @@
 //!
 //! Every variant builds the same request (an axum body, the client's `ConnectInfo`, 1,000 client
 //! addresses in turn) and admits every request (limits far above the rate measured): the cost
-//! measured is the layer's decision and its bookkeeping, not a rejection.
+//! measured is the layer's decision and its bookkeeping, not a rejection. ratewell's tables hold
+//! 4,096 keys (bounded; governor's map grows to the 1,000 it sees).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -114,6 +115,25 @@ fn overhead(c: &mut Criterion) {
         now(with_headers.clone().oneshot(request(0))).unwrap().headers().contains_key("ratelimit")
     );
     bench(&mut group, "ratewell_headers", with_headers);
+    // One key for every request, on both sides (governor's unkeyed limiter): what remains is
+    // the layer's plumbing and the decision, without a client address to find and look up.
+    let global = RateLimitLayer::builder()
+        .admitted_headers(false)
+        .limit(
+            Limit::new("g", "token-bucket capacity=1000000000 rate=1000000000/s", Key::global())
+                .capacity(CAPACITY),
+        )
+        .build()
+        .unwrap()
+        .layer(noop());
+    bench(&mut group, "ratewell_global", global);
+    let gg = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(1_000_000_000)
+        .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+        .finish()
+        .unwrap();
+    bench(&mut group, "governor_global", tower_governor::GovernorLayer::new(gg).layer(noop()));
     group.finish();
 }
 

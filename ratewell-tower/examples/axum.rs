@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p ratewell-tower --example axum -- --serve 127.0.0.1:3000 \
-//!     [--ip-policy P] [--key-policy P] [--search-policy P] [--key-capacity N] [--no-limit]
+//!     [--ip-policy P] [--key-policy P] [--search-policy P] [--key-capacity N] [--no-limit] [--no-headers]
 //! curl -i http://127.0.0.1:3000/            # RateLimit-Policy, RateLimit
 //! curl -i http://127.0.0.1:3000/metrics     # what the layer decided, per limit
 //! ```
@@ -27,6 +27,7 @@ struct Options {
     search: String,
     key_capacity: usize,
     limit: bool,
+    headers: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -37,6 +38,7 @@ fn options() -> Result<Options, String> {
         search: "fixed-window limit=5 window=10s".into(),
         key_capacity: 100_000,
         limit: true,
+        headers: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -50,6 +52,7 @@ fn options() -> Result<Options, String> {
                 o.key_capacity = value()?.parse().map_err(|e| format!("--key-capacity: {e}"))?
             }
             "--no-limit" => o.limit = false,
+            "--no-headers" => o.headers = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -60,6 +63,7 @@ fn limits(o: &Options) -> Result<RateLimitLayer, ratewell_tower::BuildError> {
     RateLimitLayer::builder()
         // axum puts the peer address in `ConnectInfo` (see `into_make_service_with_connect_info`).
         .peer_addr(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+        .admitted_headers(o.headers)
         .limit(Limit::new("ip", &o.ip, Key::client_ip()))
         .limit(Limit::new("api-key", &o.key, Key::header("x-api-key")).capacity(o.key_capacity))
         .limit(Limit::new(
@@ -101,7 +105,7 @@ fn app(layer: Option<RateLimitLayer>) -> Router {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let o = options().map_err(|e| format!("{e}\nusage: axum [--serve ADDR] [--ip-policy P] [--key-policy P] [--search-policy P] [--key-capacity N] [--no-limit]"))?;
+    let o = options().map_err(|e| format!("{e}\nusage: axum [--serve ADDR] [--ip-policy P] [--key-policy P] [--search-policy P] [--key-capacity N] [--no-limit] [--no-headers]"))?;
     let layer = if o.limit { Some(limits(&o)?) } else { None };
     let addr = o.serve.clone().unwrap_or_else(|| "127.0.0.1:0".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;

@@ -124,7 +124,9 @@ fn key(spec: &str) -> Result<Key, String> {
         _ => match spec.strip_prefix("header=") {
             Some(name) if HeaderName::from_bytes(name.as_bytes()).is_ok() => Key::header(name),
             _ => {
-                return Err(format!("unknown key {spec:?} (ip, header=NAME, bearer, path, global)"));
+                return Err(format!(
+                    "unknown key {spec:?} (ip, header=NAME, bearer, path, global)"
+                ));
             }
         },
     })

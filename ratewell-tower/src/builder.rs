@@ -4,7 +4,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::{Extensions, StatusCode};
+use bytes::Bytes;
+use http::{Extensions, HeaderValue, StatusCode};
 use ratewell::{
     Clock, IpPrefixes, Layer, LayeredLimiter, LayersError, Policy, PolicyError, QuantaClock,
 };
@@ -317,7 +318,9 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
         }
         let limiter = LayeredLimiter::with_clock(layers, self.clock).map_err(BuildError::Layers)?;
         let delays = (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::delays));
-        let policy_field = limiter.ratelimit_policy_field();
+        let policy_field =
+            HeaderValue::from_maybe_shared(Bytes::from(limiter.ratelimit_policy_field()))
+                .expect("a RateLimit-Policy field is printable ASCII");
         let needs_client = self.limits.iter().any(|l| l.key.needs_client_ip());
         let any_dry_run =
             (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::is_dry_run));

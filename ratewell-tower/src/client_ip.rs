@@ -510,3 +510,58 @@ mod tests {
         assert_eq!(p.resolve(peer, &h), Resolved::Peer(peer));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    /// Bytes a header value may hold (no control characters but tab), biased towards the
+    /// characters of forwarding headers.
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        let pieces = prop_oneof![
+            Just(b",".to_vec()),
+            Just(b";".to_vec()),
+            Just(b"\"".to_vec()),
+            Just(b"\\".to_vec()),
+            Just(b" ".to_vec()),
+            Just(b"for=".to_vec()),
+            Just(b"[".to_vec()),
+            Just(b"]".to_vec()),
+            Just(b":".to_vec()),
+            Just(b"%25".to_vec()),
+            Just(b"10.0.0.1".to_vec()),
+            Just(b"198.51.100.7".to_vec()),
+            Just(b"2001:db8::1".to_vec()),
+            Just(b"_hidden".to_vec()),
+            proptest::collection::vec(prop_oneof![0x20u8..0x7f, 0x80u8..=0xff], 0..8),
+        ];
+        proptest::collection::vec(pieces, 0..24).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        /// Any header, any peer: no panic; the client is the peer unless a trusted peer's header
+        /// named another address, which is then one that is not trusted, or the leftmost.
+        #[test]
+        fn any_forwarding_header_resolves(
+            lines in proptest::collection::vec(value(), 0..3),
+            forwarded in any::<bool>(),
+            trusted_peer in any::<bool>(),
+        ) {
+            let header = if forwarded { ForwardedHeader::Forwarded } else { ForwardedHeader::XForwardedFor };
+            let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap().header(header);
+            let peer: IpAddr = if trusted_peer { "10.9.9.9" } else { "192.0.2.1" }.parse().unwrap();
+            let mut headers = HeaderMap::new();
+            for line in &lines {
+                if let Ok(v) = HeaderValue::from_bytes(line) {
+                    headers.append(proxies.header_name(), v);
+                }
+            }
+            match proxies.resolve(peer, &headers) {
+                Resolved::Peer(ip) | Resolved::Untrusted(ip) | Resolved::Malformed(ip) => prop_assert_eq!(ip, peer),
+                Resolved::Forwarded(_) => prop_assert!(trusted_peer),
+            }
+        }
+    }
+}

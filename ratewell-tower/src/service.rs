@@ -46,7 +46,8 @@ pub(crate) struct Shared<C: Clock> {
     /// admission is decided by `allow`, and only a rejection is reported (by a peek).
     pub(crate) lean: bool,
     pub(crate) dry_run: bool,
-    pub(crate) policy_field: String,
+    /// The `RateLimit-Policy` value, the same on every response.
+    pub(crate) policy_field: HeaderValue,
     pub(crate) counters: Counters,
 }
 
@@ -347,8 +348,7 @@ impl<C: Clock> Shared<C> {
 
     /// `RateLimit-Policy` and `RateLimit` (absent when every layer was skipped).
     fn fields(&self, decision: &LayeredDecision) -> (HeaderValue, Option<HeaderValue>) {
-        let policy =
-            HeaderValue::from_str(&self.policy_field).expect("policy fields are printable ASCII");
+        let policy = self.policy_field.clone();
         let mut field = String::with_capacity(16 + 32 * self.keys.len());
         self.limiter.write_ratelimit_field(decision, &mut field);
         let field = (!field.is_empty()).then(|| {
