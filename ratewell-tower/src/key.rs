@@ -57,7 +57,7 @@ impl fmt::Debug for Key {
 
 impl Key {
     /// The client's address (see [`TrustedProxies`](crate::TrustedProxies)), truncated to the
-    /// builder's [`IpPrefixes`] (IPv4 /32, IPv6 /64 unless set). Absent when the request carries no
+    /// builder's [`IpPrefixes`](ratewell::IpPrefixes) (IPv4 /32, IPv6 /64 unless set). Absent when the request carries no
     /// peer address.
     pub fn client_ip() -> Self {
         Key(KeyKind::ClientIp)
