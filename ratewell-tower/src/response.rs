@@ -121,14 +121,9 @@ pub(crate) fn rejected(
     let mut headers = rate_headers(policy, field);
     let seconds = wait_ns.div_ceil(1_000_000_000).max(1);
     headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
-    if let Some(content_type) = grpc_content_type(request) {
-        let ms = wait_ns.div_ceil(1_000_000).max(1);
-        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from(ms));
-        let message = format!("rate limited by {}; retry after {ms} ms", names.join(", "));
-        return grpc(content_type, GRPC_RESOURCE_EXHAUSTED, &message, headers);
-    }
-    let body = problem(status, QUOTA_EXCEEDED, QUOTA_EXCEEDED_TITLE, names, "");
-    http_problem(status, headers, body)
+    let ms = wait_ns.div_ceil(1_000_000).max(1);
+    let detail = format!("retry after {ms} ms");
+    quota_exceeded(status, headers, names, request, HeaderValue::from(ms), &detail, "")
 }
 
 /// A request whose cost is above a limit's capacity: no `Retry-After` (waiting cannot help).
@@ -139,14 +134,28 @@ pub(crate) fn impossible(
     names: &[&str],
     request: &HeaderMap,
 ) -> Ready {
-    let mut headers = rate_headers(policy, field);
+    let headers = rate_headers(policy, field);
     let detail = "the request costs more than the limit's capacity: no wait admits it";
+    // A negative pushback asks a gRPC client not to retry.
+    quota_exceeded(status, headers, names, request, HeaderValue::from_static("-1"), detail, detail)
+}
+
+/// The answer over quota: gRPC's RESOURCE_EXHAUSTED with `pushback`, or problem details.
+fn quota_exceeded(
+    status: StatusCode,
+    mut headers: HeaderMap,
+    names: &[&str],
+    request: &HeaderMap,
+    pushback: HeaderValue,
+    grpc_detail: &str,
+    problem_detail: &str,
+) -> Ready {
     if let Some(content_type) = grpc_content_type(request) {
-        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
-        let message = format!("rate limited by {}: {detail}", names.join(", "));
+        headers.insert(GRPC_RETRY_PUSHBACK_MS, pushback);
+        let message = format!("rate limited by {}; {grpc_detail}", names.join(", "));
         return grpc(content_type, GRPC_RESOURCE_EXHAUSTED, &message, headers);
     }
-    let body = problem(status, QUOTA_EXCEEDED, QUOTA_EXCEEDED_TITLE, names, detail);
+    let body = problem(status, QUOTA_EXCEEDED, QUOTA_EXCEEDED_TITLE, names, problem_detail);
     http_problem(status, headers, body)
 }
 

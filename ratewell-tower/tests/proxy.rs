@@ -46,9 +46,11 @@ impl Drop for Proxy {
     }
 }
 
-fn start_proxy(args: &[&str]) -> Proxy {
+/// The proxy on a free loopback port in front of `upstream`, with `limits` (its other arguments).
+fn start_proxy(upstream: &str, limits: &[&str]) -> Proxy {
     let mut child = Command::new(proxy_binary())
-        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+        .args(limits)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -107,16 +109,15 @@ async fn upstream() -> Upstream {
 #[tokio::test]
 async fn the_proxy_forwards_what_its_limits_admit() {
     let upstream = upstream().await;
-    let proxy = start_proxy(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let proxy = start_proxy(
         &upstream.addr,
-        "--policy",
-        "fixed-window limit=3 window=1m",
-        "--layer",
-        "key:header=x-api-key:fixed-window limit=100 window=1m",
-    ]);
+        &[
+            "--policy",
+            "fixed-window limit=3 window=1m",
+            "--layer",
+            "key:header=x-api-key:fixed-window limit=100 window=1m",
+        ],
+    );
     let client = client();
     let url = format!("http://{}/hello?x=1", proxy.addr);
     for _ in 0..3 {
@@ -138,16 +139,10 @@ async fn the_proxy_forwards_what_its_limits_admit() {
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_forwarded_client_has_its_budget() {
     let upstream = upstream().await;
-    let proxy = start_proxy(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let proxy = start_proxy(
         &upstream.addr,
-        "--policy",
-        "token-bucket capacity=2 rate=1/h",
-        "--trusted-proxy",
-        "127.0.0.0/8",
-    ]);
+        &["--policy", "token-bucket capacity=2 rate=1/h", "--trusted-proxy", "127.0.0.0/8"],
+    );
     let client = client();
     let url = format!("http://{}/", proxy.addr);
     let a = [("x-forwarded-for", &b"203.0.113.1, 198.51.100.1"[..])];
