@@ -122,8 +122,7 @@ pub(crate) fn rejected(
     let seconds = wait_ns.div_ceil(1_000_000_000).max(1);
     headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
     let ms = wait_ns.div_ceil(1_000_000).max(1);
-    let detail = format!("retry after {ms} ms");
-    quota_exceeded(status, headers, names, request, HeaderValue::from(ms), &detail, "")
+    quota_exceeded(status, headers, names, request, Some(ms))
 }
 
 /// A request whose cost is above a limit's capacity: no `Retry-After` (waiting cannot help).
@@ -134,28 +133,38 @@ pub(crate) fn impossible(
     names: &[&str],
     request: &HeaderMap,
 ) -> Ready {
-    let headers = rate_headers(policy, field);
-    let detail = "the request costs more than the limit's capacity: no wait admits it";
-    // A negative pushback asks a gRPC client not to retry.
-    quota_exceeded(status, headers, names, request, HeaderValue::from_static("-1"), detail, detail)
+    quota_exceeded(status, rate_headers(policy, field), names, request, None)
 }
 
-/// The answer over quota: gRPC's RESOURCE_EXHAUSTED with `pushback`, or problem details.
+const IMPOSSIBLE_DETAIL: &str =
+    "the request costs more than the limit's capacity: no wait admits it";
+
+/// The answer over quota, after a wait of `retry_ms` (`None`: impossible, no wait helps):
+/// gRPC's RESOURCE_EXHAUSTED with the retry pushback, or problem details.
 fn quota_exceeded(
     status: StatusCode,
     mut headers: HeaderMap,
     names: &[&str],
     request: &HeaderMap,
-    pushback: HeaderValue,
-    grpc_detail: &str,
-    problem_detail: &str,
+    retry_ms: Option<u64>,
 ) -> Ready {
     if let Some(content_type) = grpc_content_type(request) {
+        let names = names.join(", ");
+        let (pushback, message) = match retry_ms {
+            Some(ms) => {
+                (HeaderValue::from(ms), format!("rate limited by {names}; retry after {ms} ms"))
+            }
+            // A negative pushback asks a gRPC client not to retry.
+            None => (
+                HeaderValue::from_static("-1"),
+                format!("rate limited by {names}; {IMPOSSIBLE_DETAIL}"),
+            ),
+        };
         headers.insert(GRPC_RETRY_PUSHBACK_MS, pushback);
-        let message = format!("rate limited by {}; {grpc_detail}", names.join(", "));
         return grpc(content_type, GRPC_RESOURCE_EXHAUSTED, &message, headers);
     }
-    let body = problem(status, QUOTA_EXCEEDED, QUOTA_EXCEEDED_TITLE, names, problem_detail);
+    let detail = if retry_ms.is_some() { "" } else { IMPOSSIBLE_DETAIL };
+    let body = problem(status, QUOTA_EXCEEDED, QUOTA_EXCEEDED_TITLE, names, detail);
     http_problem(status, headers, body)
 }
 

@@ -170,7 +170,7 @@ where
                 let delayed = Delayed {
                     service: Some(service),
                     request: Some(request),
-                    reservation: Some(*reservation),
+                    reservation: Some(reservation),
                     shared: Arc::clone(&self.shared),
                 };
                 ResponseFuture {
@@ -424,7 +424,7 @@ pin_project! {
 struct Delayed<S, B, C: Clock> {
     service: Option<S>,
     request: Option<Request<B>>,
-    reservation: Option<OwnedReservation<C>>,
+    reservation: Option<Box<OwnedReservation<C>>>,
     shared: Arc<Shared<C>>,
 }
 
@@ -468,7 +468,7 @@ where
                     let request = delayed.request.take().expect("polled after completion");
                     let future = service.call(request);
                     if let Some(reservation) = delayed.reservation.take() {
-                        reservation.commit();
+                        (*reservation).commit();
                     }
                     let headers = headers.take();
                     this.state.set(State::Inner { future, headers });
