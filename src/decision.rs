@@ -94,6 +94,43 @@ impl Decision {
         Decision { limit, remaining, per_outcome: IMPOSSIBLE, reset_after, wait: 0 }
     }
 
+    /// A decision made elsewhere (another store deciding the same policy, such as a Redis
+    /// script), from the fields it reports: `wait` is the delay when admitted and the retry time
+    /// when rejected (ignored otherwise); `replenish_after` is `None` when the key is full.
+    /// `Outcome::TableFull` reads as a rejection by the table, with `wait` as its retry time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Decision, Outcome};
+    ///
+    /// let d = Decision::from_parts(Outcome::Rejected, 10, 0, 5_000, 1_000, Some(500));
+    /// assert_eq!(d.retry_after_ns(), Some(1_000));
+    /// assert_eq!(d.replenish_after_ns(), Some(500));
+    /// assert_eq!((d.limit(), d.remaining(), d.reset_after_ns()), (10, 0, 5_000));
+    /// ```
+    pub fn from_parts(
+        outcome: Outcome,
+        limit: u64,
+        remaining: u64,
+        reset_after_ns: u64,
+        wait_ns: u64,
+        replenish_after_ns: Option<u64>,
+    ) -> Self {
+        let limit = limit.min(LIMIT_MASK);
+        let d = match outcome {
+            Outcome::Admitted => Decision::admitted(limit, remaining, reset_after_ns, wait_ns),
+            Outcome::Rejected => Decision::rejected(limit, remaining, reset_after_ns, wait_ns),
+            Outcome::Impossible => Decision::impossible(limit, remaining, reset_after_ns),
+            Outcome::TableFull => {
+                return Decision { remaining, ..Decision::table_full(limit, wait_ns) }
+                    .replenish(replenish_after_ns.unwrap_or(0).max(1));
+            }
+        };
+        // `0` in the replenish field reads as "none"; a real replenish time is at least 1 ns.
+        d.replenish(replenish_after_ns.map_or(0, |ns| ns.max(1)))
+    }
+
     /// A new key refused for want of a slot; a slot frees up after `retry_after`.
     pub(crate) fn table_full(limit: u64, retry_after: u64) -> Self {
         let next = retry_after.min(PER_MASK);

@@ -671,14 +671,19 @@ impl LayeredDecision {
     /// one that decides the request (the first of the strongest outcome: see [`rank`]).
     #[inline]
     fn record(&mut self, i: usize, layer: &LayerState, decision: Decision) {
+        self.record_as(i, layer.policy.is_dry_run(), decision);
+    }
+
+    #[inline]
+    fn record_as(&mut self, i: usize, dry_run: bool, decision: Decision) {
         self.layers[i] = decision;
         if decision.is_admitted() {
-            if layer.policy.is_dry_run() {
+            if dry_run {
                 self.dry_run |= 1 << i;
             }
             return;
         }
-        if layer.policy.is_dry_run() {
+        if dry_run {
             self.dry_run |= 1 << i;
             self.would_reject |= 1 << i;
             return;
@@ -700,6 +705,46 @@ impl LayeredDecision {
             .iter()
             .enumerate()
             .filter(move |&(i, _)| ignored & (1 << i) == 0)
+    }
+
+    /// The layered decision of layers decided elsewhere (another store deciding the same
+    /// layers, such as a Redis script), combined exactly as [`LayeredLimiter`] combines its own:
+    /// one `(decision, dry_run)` per layer in order, `None` for a skipped layer (its key absent).
+    /// `None` for more than [`MAX_LAYERS`] layers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Decision, LayeredDecision, Outcome};
+    ///
+    /// let ok = Decision::from_parts(Outcome::Admitted, 10, 4, 600, 0, Some(100));
+    /// let no = Decision::from_parts(Outcome::Rejected, 5, 0, 900, 300, Some(300));
+    /// let d = LayeredDecision::from_layers([(Some(ok), false), (Some(no), false), (None, false)])
+    ///     .expect("three layers");
+    /// assert!(!d.is_admitted());
+    /// assert_eq!(d.decided_by(), Some(1));
+    /// assert_eq!(d.decision().retry_after_ns(), Some(300));
+    /// assert!(d.is_skipped(2));
+    /// ```
+    pub fn from_layers<I>(layers: I) -> Option<Self>
+    where
+        I: IntoIterator<Item = (Option<Decision>, bool)>,
+    {
+        let mut out = LayeredDecision::default();
+        let mut len = 0;
+        for (i, (decision, dry_run)) in layers.into_iter().enumerate() {
+            if i >= MAX_LAYERS {
+                return None;
+            }
+            len = i + 1;
+            out.len = len as u8;
+            match decision {
+                Some(decision) => out.record_as(i, dry_run, decision),
+                None => out.skipped |= 1 << i,
+            }
+        }
+        out.len = len as u8;
+        Some(out)
     }
 
     /// The combined decision (see the type's documentation): what to answer the request.

@@ -110,5 +110,5 @@ pub use layered::{
     LayersError, MAX_LAYERS, OwnedReservation, Reservation,
 };
 pub use limiter::Limiter;
-pub use policy::{Policy, PolicyError};
+pub use policy::{Parameters, Policy, PolicyError};
 pub use word::{Nanos, State, WordPolicy};

@@ -481,7 +481,111 @@ fn compile(spec: &Spec) -> Result<Algorithm, Invalid> {
     })
 }
 
+/// A policy's parameters as written, for a store that decides the policy itself (another
+/// backend): see [`Policy::parameters`]. Durations are nanoseconds; a rate is `count` per
+/// `period_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Parameters {
+    /// `token-bucket capacity=B rate=R` (GCRA).
+    TokenBucket {
+        /// `B`.
+        capacity: u32,
+        /// The rate's count.
+        count: u32,
+        /// The rate's period (ns).
+        period_ns: u64,
+    },
+    /// `token-bucket capacity=B refill=K every=I`.
+    DiscreteFill {
+        /// `B`.
+        capacity: u32,
+        /// `K`.
+        refill: u32,
+        /// `I` (ns).
+        every_ns: u64,
+    },
+    /// `leaky-bucket rate=R burst=B [nodelay | delay=D] [compat=nginx]`.
+    LeakyBucket {
+        /// The rate's count.
+        count: u32,
+        /// The rate's period (ns).
+        period_ns: u64,
+        /// `B`.
+        burst: u32,
+        /// `D`, or `None` for `nodelay`.
+        delay: Option<u32>,
+        /// `compat=nginx`.
+        nginx: bool,
+    },
+    /// `fixed-window limit=N window=W [align=clock|first]`.
+    FixedWindow {
+        /// `N`.
+        limit: u32,
+        /// `W` (ns).
+        window_ns: u64,
+        /// `align=first` (windows open at a key's first request) rather than on the clock.
+        align_first: bool,
+    },
+    /// `sliding-window limit=N window=W`.
+    SlidingWindow {
+        /// `N`.
+        limit: u32,
+        /// `W` (ns).
+        window_ns: u64,
+    },
+    /// `sliding-log limit=N window=W`.
+    SlidingLog {
+        /// `N`.
+        limit: u32,
+        /// `W` (ns).
+        window_ns: u64,
+    },
+}
+
 impl Policy {
+    /// The algorithm and its parameters, as the grammar reads them (a store that decides the
+    /// policy itself, such as a Redis script, starts from these).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{Parameters, Policy};
+    ///
+    /// let p: Policy = "fixed-window limit=10 window=1m align=first".parse()?;
+    /// assert_eq!(
+    ///     p.parameters(),
+    ///     Parameters::FixedWindow { limit: 10, window_ns: 60_000_000_000, align_first: true }
+    /// );
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn parameters(&self) -> Parameters {
+        match self.spec {
+            Spec::TokenBucket { capacity, rate } => {
+                Parameters::TokenBucket { capacity, count: rate.count, period_ns: rate.period }
+            }
+            Spec::Discrete { capacity, refill, every } => {
+                Parameters::DiscreteFill { capacity, refill, every_ns: every }
+            }
+            Spec::Leaky { rate, burst, delay, nginx } => Parameters::LeakyBucket {
+                count: rate.count,
+                period_ns: rate.period,
+                burst,
+                delay,
+                nginx,
+            },
+            Spec::Fixed { limit, window, align } => Parameters::FixedWindow {
+                limit,
+                window_ns: window,
+                align_first: align == Align::First,
+            },
+            Spec::Sliding { limit, window } => {
+                Parameters::SlidingWindow { limit, window_ns: window }
+            }
+            Spec::Log { limit, window } => Parameters::SlidingLog { limit, window_ns: window },
+        }
+    }
+
     /// The most this policy admits at once: the capacity, the limit, or a leaky bucket's
     /// `burst + 1`.
     pub fn limit(&self) -> u64 {
