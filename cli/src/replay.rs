@@ -39,6 +39,13 @@ pub(crate) struct Args {
     /// capacity that would have avoided it.
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     capacity: usize,
+    /// Decide every line in a Redis (or Valkey) server instead of in process:
+    /// `redis://HOST:PORT[/DB]`. The trace's times are passed in (they must be whole
+    /// microseconds, the backend's resolution), the output is what the in-process replay prints,
+    /// and the run's keys (under a prefix of their own) are deleted at the end. `--capacity` does
+    /// not apply.
+    #[arg(long, value_name = "URL")]
+    backend: Option<String>,
     /// The trace; standard input if absent or `-`.
     file: Option<PathBuf>,
 }
@@ -76,6 +83,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         (false, Format::Full) => Output::Full { layered },
     };
     let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
+    if let Some(url) = &args.backend {
+        return replay_redis(url, &policies, path, output);
+    }
     if layered {
         let layers = policies
             .iter()
@@ -150,6 +160,60 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         };
         eprintln!("{}", spool::eviction_note("", evictions, limiter.capacity(), avoiding));
     }
+    Ok(())
+}
+
+/// The replay in a Redis server: one script call per line, on the trace's clock.
+fn replay_redis(
+    url: &str,
+    policies: &[Policy],
+    path: Option<&PathBuf>,
+    output: Output,
+) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the Redis client: {e}"))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let prefix = format!("ratewell-replay:{}-{stamp}:", std::process::id());
+    let mut builder = ratewell_redis::RedisLimiter::builder(url)
+        .prefix(prefix)
+        .timeout(std::time::Duration::from_secs(10));
+    for (i, p) in policies.iter().enumerate() {
+        builder = builder.layer(format!("{}", i + 1), p);
+    }
+    let limiter = runtime.block_on(builder.build()).map_err(|e| format!("--backend {url}: {e}"))?;
+    if limiter.is_down() {
+        return Err(format!("--backend {url}: the server does not answer"));
+    }
+    let n = policies.len();
+    let decide = |t: u64, field: &[u8], cost: u32, line: u64| {
+        let field = std::str::from_utf8(field)
+            .map_err(|_| Failure::Read(format!("line {line}: a key that is not UTF-8")))?;
+        let keys: Vec<Option<&str>> = field.split('|').map(Some).collect();
+        let keys = match keys.len() {
+            1 => vec![keys[0]; n],
+            k if k == n => keys,
+            k => {
+                return Err(Failure::Read(format!(
+                    "line {line}: {k} keys for {n} policies: give one key, or one per --policy \
+                     separated by |"
+                )));
+            }
+        };
+        let verdict = runtime
+            .block_on(limiter.check_at(&keys, cost, ratewell::Nanos::new(t)))
+            .map_err(|e| Failure::Read(format!("line {line}: --backend {url}: {e}")))?;
+        let d = verdict.layered();
+        let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
+        Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
+    };
+    let result = replay_trace(path, output, decide).map(drop);
+    let cleared = runtime.block_on(limiter.delete_keys());
+    result?;
+    cleared.map_err(|e| format!("--backend {url}: deleting the replay's keys: {e}"))?;
     Ok(())
 }
 

@@ -711,6 +711,50 @@ impl RedisLimiter {
         self.refund_when(receipt, When::At(trace_us(now)?)).await
     }
 
+    /// Delete every key under this limiter's prefix (`SCAN` and `UNLINK`; one node only): what
+    /// a replay does when it ends. Returns how many keys were deleted.
+    pub async fn delete_keys(&self) -> Result<u64, Error> {
+        let s = &self.shared;
+        if s.cluster {
+            return Err(Error::Layers("delete_keys scans one node, not a cluster".into()));
+        }
+        let mut pattern = String::with_capacity(s.prefix.len() + 1);
+        for ch in s.prefix.chars() {
+            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(ch);
+        }
+        pattern.push('*');
+        let wait = s.timeout.max(Duration::from_secs(1));
+        let query = |cmd: Cmd| async move {
+            match tokio::time::timeout(wait, s.conn.query(&cmd)).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(Error::BadReply(e.to_string())),
+                Err(_) => Err(Error::Timeout),
+            }
+        };
+        let (mut cursor, mut deleted) = (0u64, 0u64);
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000);
+            let reply = query(scan).await?;
+            let (next, keys): (u64, Vec<String>) =
+                redis::from_redis_value(reply).map_err(|e| Error::BadReply(e.to_string()))?;
+            if !keys.is_empty() {
+                let mut unlink = redis::cmd("UNLINK");
+                unlink.arg(&keys);
+                let n: u64 = redis::from_redis_value(query(unlink).await?)
+                    .map_err(|e| Error::BadReply(e.to_string()))?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
     fn expect_keys(&self, keys: &[Option<&str>]) -> Result<(), Error> {
         if keys.len() != self.shared.layers.len() {
             return Err(Error::Layers(format!(
