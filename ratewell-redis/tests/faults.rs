@@ -1,0 +1,226 @@
+//! Failure on a real server: SIGKILL mid-run, SIGSTOP, `DEBUG SLEEP`, `SCRIPT FLUSH`. Every
+//! decision returns within the timeout (plus 1 ms) with the configured failover's outcome, none
+//! waits behind another, decisions return to the server within the backoff after a restart, and
+//! nothing panics or leaks a task.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use ratewell::Outcome;
+use ratewell_redis::{Failover, FailoverReason, RedisLimiter, Source};
+
+const TIMEOUT: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// What the test allows above the timeout for a decision to come back: the 1 ms.
+const SLACK: Duration = Duration::from_millis(1);
+
+async fn limiter(server: &Server, failover: Failover, policy: &str) -> RedisLimiter {
+    RedisLimiter::builder(&server.url())
+        .layer("l", &policy.parse().unwrap())
+        .timeout(TIMEOUT)
+        .backoff(Duration::from_millis(5), BACKOFF_MAX)
+        .failover(failover)
+        .build()
+        .await
+        .expect("a limiter")
+}
+
+/// Decide once, timed.
+async fn timed(l: &RedisLimiter, key: &str) -> (ratewell_redis::Verdict, Duration) {
+    let start = Instant::now();
+    let v = l.check(key, 1).await;
+    (v, start.elapsed())
+}
+
+/// The timing tests run one at a time: on a two-core machine, tests running beside them (each
+/// with its runtime's threads) delay the timer's wake-ups by milliseconds.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
+}
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current().metrics().num_alive_tasks()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff() {
+    let _serial = serial().await;
+    let mut server = Server::start();
+    for (failover, expect) in [
+        (Failover::Closed, Outcome::Rejected),
+        (Failover::Open, Outcome::Admitted),
+        (Failover::Local { instances: 4 }, Outcome::Admitted),
+    ] {
+        let l = limiter(&server, failover, "fixed-window limit=1000 window=1h align=first").await;
+        for _ in 0..20 {
+            let (v, _) = timed(&l, "k").await;
+            assert_eq!(v.source(), Source::Server);
+        }
+        server.kill();
+        let mut slowest = Duration::ZERO;
+        for i in 0..200 {
+            let (v, took) = timed(&l, "k").await;
+            slowest = slowest.max(took);
+            assert!(matches!(v.source(), Source::Failover(_)), "{failover:?}, decision {i}");
+            assert_eq!(v.decision().outcome(), expect, "{failover:?}");
+            if failover == Failover::Closed {
+                // Rejected with the reconnect backoff as the retry time.
+                let retry = v.decision().retry_after().unwrap();
+                assert!(retry > Duration::ZERO && retry <= BACKOFF_MAX, "{retry:?}");
+            }
+        }
+        assert!(slowest <= TIMEOUT + SLACK, "{failover:?}: a decision took {slowest:?}");
+        let m = l.metrics();
+        assert!(m.failover_down + m.failover_timeout >= 200, "{m:?}");
+        // Local failover: 1000 / 4 instances in process, so after 250 the local limiter rejects.
+        if let Failover::Local { .. } = failover {
+            let mut n = 0;
+            for _ in 0..300 {
+                if l.check("fresh-key", 1).await.is_admitted() {
+                    n += 1;
+                }
+            }
+            assert_eq!(n, 250, "the local failover decides at the limit divided by 4");
+        }
+        let restarted = Instant::now();
+        server.restart();
+        let back = loop {
+            let (v, took) = timed(&l, "k").await;
+            assert!(took <= TIMEOUT + SLACK, "a decision took {took:?} while reconnecting");
+            if v.source() == Source::Server {
+                break restarted.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        // The probe runs at most one backoff (at most BACKOFF_MAX) after the previous one; the
+        // server's own start is included in `back`.
+        assert!(
+            back <= BACKOFF_MAX * 2 + TIMEOUT,
+            "{failover:?}: back on the server after {back:?}"
+        );
+        assert!(l.metrics().reconnects >= 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_times_out_once_and_nothing_piles_up() {
+    let _serial = serial().await;
+    let server = Server::start();
+    let baseline = alive_tasks();
+    let l = limiter(&server, Failover::Closed, "token-bucket capacity=100 rate=100/s").await;
+    assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
+    server.stop();
+    // A thousand decisions arriving over 100 ms, ten a millisecond: each returns within the
+    // timeout; those sent before the first timeout wait for it, the rest see the connection
+    // down and do not wait at all.
+    let mut tasks = Vec::new();
+    for ms in 0..100 {
+        for i in 0..10 {
+            let l = l.clone();
+            tasks.push(tokio::spawn(async move { timed(&l, &format!("k{ms}-{i}")).await }));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut reasons = (0, 0);
+    for t in tasks {
+        let (v, took) = t.await.expect("no panic");
+        assert!(took <= TIMEOUT + SLACK, "a decision took {took:?}");
+        match v.source() {
+            Source::Failover(FailoverReason::Timeout) => reasons.0 += 1,
+            Source::Failover(FailoverReason::Down) => reasons.1 += 1,
+            other => panic!("{other:?} from a stopped server"),
+        }
+    }
+    // Only the decisions sent within the first timeout waited for it.
+    assert!(reasons.0 >= 1 && reasons.0 <= 10 * (TIMEOUT.as_millis() as usize + 2), "{reasons:?}");
+    assert_eq!(reasons.0 + reasons.1, 1000);
+    // While it stays stopped, a decision does not wait at all.
+    let (v, took) = timed(&l, "k").await;
+    assert_eq!(v.source(), Source::Failover(FailoverReason::Down));
+    assert!(took < Duration::from_millis(2), "{took:?}");
+    server.resume();
+    let deadline = Instant::now() + BACKOFF_MAX * 3;
+    while timed(&l, "k").await.0.source() != Source::Server {
+        assert!(Instant::now() < deadline, "not back on the server after SIGCONT");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    drop(l);
+    // The reconnect task ends with its limiter.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while alive_tasks() > baseline {
+        assert!(Instant::now() < deadline, "{} tasks alive, {baseline} before", alive_tasks());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_sleep_times_out_then_decisions_return_to_the_server() {
+    let _serial = serial().await;
+    let server = Server::start();
+    let l = limiter(&server, Failover::Open, "sliding-window limit=10 window=1s").await;
+    assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
+    let port = server.port.to_string();
+    let sleeper = std::thread::spawn(move || {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port, "DEBUG", "SLEEP", "0.3"])
+            .output()
+            .expect("redis-cli")
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut sources = Vec::new();
+    for _ in 0..50 {
+        let (v, took) = timed(&l, "k").await;
+        assert!(took <= TIMEOUT + SLACK, "a decision took {took:?}");
+        assert!(v.is_admitted(), "fail-open admits");
+        sources.push(v.source());
+    }
+    assert!(sources.contains(&Source::Failover(FailoverReason::Timeout)), "{sources:?}");
+    sleeper.join().unwrap();
+    let deadline = Instant::now() + BACKOFF_MAX * 3;
+    while timed(&l, "k").await.0.source() != Source::Server {
+        assert!(Instant::now() < deadline, "not back on the server after DEBUG SLEEP");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_is_reloaded_transparently() {
+    let _serial = serial().await;
+    let server = Server::start();
+    let l = limiter(&server, Failover::Open, "fixed-window limit=5 window=1h align=first").await;
+    assert_eq!(l.metrics().script_loads, 1);
+    for _ in 0..3 {
+        assert!(l.check("k", 1).await.is_admitted());
+    }
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).unwrap().trim(), "OK");
+    // The state survived; the script is loaded again on NOSCRIPT and the decision is the server's.
+    let v = l.check("k", 1).await;
+    assert_eq!(v.source(), Source::Server);
+    assert_eq!(v.decision().remaining(), 1);
+    assert_eq!(l.metrics().script_loads, 2);
+    assert!(l.check("k", 1).await.is_admitted());
+    let v = l.check("k", 1).await;
+    assert_eq!((v.source(), v.is_admitted()), (Source::Server, false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_at_start_is_a_limiter_that_fails_over_until_it_comes_up() {
+    let _serial = serial().await;
+    let mut server = Server::start();
+    server.kill();
+    let l = limiter(&server, Failover::Closed, "fixed-window limit=5 window=1h").await;
+    assert!(l.is_down());
+    let (v, took) = timed(&l, "k").await;
+    assert_eq!(v.source(), Source::Failover(FailoverReason::Down));
+    assert!(took < Duration::from_millis(2));
+    server.restart();
+    let deadline = Instant::now() + BACKOFF_MAX * 3 + Duration::from_millis(200);
+    while timed(&l, "k").await.0.source() != Source::Server {
+        assert!(Instant::now() < deadline, "never reached the server");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
