@@ -11,8 +11,9 @@
 --   1000 * n (n <= 2^16, the rate's denominator in lowest terms), only after the difference is
 --   known to be under the state's own span (checked before multiplying).
 -- * GCRA and the exact leaky bucket keep the theoretical arrival time as (tu, tf): whole us plus a
---   remainder in 1/n ns, tf < 1000 n. A debt is at most B*d + c*d <= 2 (B+1) d <= 2^51 units of
---   1/n ns (built only when B*d <= 2^49).
+--   remainder in 1/n ns, tf < 1000 n. A debt (or a leaky bucket's excess) is at most
+--   B*d + c*d <= 2 B' d <= 2^52 units of 1/n ns, with B' the capacity (or burst + 1) and c <= B'
+--   checked first (built only when B' d <= 2^51).
 -- * Windows and fill intervals are whole microseconds; a window index is an absolute time
 --   divided by the window. The sliding-window counter's products prev * (W - r) and
 --   (a + 1) * W are at most (N + 1) * W_us <= 2^52 (checked); the nanosecond span

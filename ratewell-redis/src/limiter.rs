@@ -287,7 +287,14 @@ impl Builder {
             )
             .await
             {
-                Ok(Ok(_)) => bump(&shared.counters.script_loads),
+                Ok(Ok(Value::BulkString(sha))) if sha == shared.sha.as_bytes() => {
+                    bump(&shared.counters.script_loads)
+                }
+                Ok(Ok(other)) => {
+                    return Err(Error::NotRedis(format!(
+                        "SCRIPT LOAD answered {other:?}, not the script's SHA1"
+                    )));
+                }
                 Ok(Err(e)) if is_connection_error(&e) => shared.mark_down(),
                 Ok(Err(e)) => return Err(Error::NotRedis(e.to_string())),
                 Err(_) => shared.mark_down(),

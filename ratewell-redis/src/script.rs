@@ -13,8 +13,8 @@ use ratewell::{Decision, Outcome, Parameters, Policy};
 /// `NOSCRIPT`).
 pub(crate) const SOURCE: &str = include_str!("decide.lua");
 
-/// 2^49: the largest debt of a full bucket (in 1/n ns) the script accepts.
-const MAX_BUCKET_UNITS: u128 = 1 << 49;
+/// 2^51: the largest debt of a full bucket (in 1/n ns) the script accepts.
+const MAX_BUCKET_UNITS: u128 = 1 << 51;
 /// 2^52: the largest product of a count and a window (us), or an interval span (ns).
 const MAX_PRODUCT: u128 = 1 << 52;
 /// The largest nanosecond span a state may lie ahead of now (a clock stepped back) and still be
@@ -95,7 +95,7 @@ impl Compiled {
                 let (n, d) = (u64::from(count) / g, period_ns / g);
                 if u128::from(capacity) * u128::from(d) > MAX_BUCKET_UNITS {
                     return too_big(format!(
-                        "a full bucket must refill within 2^49/{n} ns (~{} days); {capacity} tokens at \
+                        "a full bucket must refill within 2^51/{n} ns (~{} days); {capacity} tokens at \
                          {count} per {period_ns} ns take longer",
                         (MAX_BUCKET_UNITS / u128::from(n)) / 86_400_000_000_000
                     ));
@@ -107,7 +107,7 @@ impl Compiled {
                 let (n, d) = (u64::from(count) / g, period_ns / g);
                 if (u128::from(burst) + 1) * u128::from(d) > MAX_BUCKET_UNITS {
                     return too_big(format!(
-                        "burst + 1 requests must leak within 2^49/{n} ns (~{} days)",
+                        "burst + 1 requests must leak within 2^51/{n} ns (~{} days)",
                         (MAX_BUCKET_UNITS / u128::from(n)) / 86_400_000_000_000
                     ));
                 }

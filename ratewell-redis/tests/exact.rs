@@ -1,0 +1,111 @@
+//! Exactness across processes: four independent connections (four limiters, as four processes
+//! would hold) hammering one key of a long window admit exactly the policy's number in
+//! round-trip mode; with leases, never more, the shortfall within the documented bound, and the
+//! server's count equal to what was admitted once the leases are given back.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::Server;
+use ratewell_redis::{Leases, RedisLimiter, Source};
+
+const INSTANCES: usize = 4;
+const TASKS: usize = 8;
+
+async fn instance(server: &Server, policy: &str, prefix: &str) -> RedisLimiter {
+    RedisLimiter::builder(&server.url())
+        .layer("l", &policy.parse().unwrap())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("a limiter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_connections_admit_exactly_the_limit() {
+    let server = Server::start();
+    for (i, (policy, limit)) in [
+        ("fixed-window limit=1000 window=1h align=first", 1000),
+        ("token-bucket capacity=1000 rate=1/m", 1000),
+        ("leaky-bucket rate=1r/m burst=499 nodelay", 500),
+        ("leaky-bucket rate=1r/m burst=299 nodelay compat=nginx", 300),
+        ("sliding-log limit=300 window=1h", 300),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let prefix = format!("exact{i}:");
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..INSTANCES {
+            // Each instance its own limiter and connection.
+            let limiter = instance(&server, policy, &prefix).await;
+            for _ in 0..TASKS {
+                let (limiter, admitted) = (limiter.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..(2 * limit / (INSTANCES * TASKS) as u64 + 10) {
+                        let v = limiter.check("hot", 1).await;
+                        assert_eq!(v.source(), Source::Server);
+                        if v.is_admitted() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.expect("no panic");
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), limit, "{policy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_never_admit_more_and_fall_short_by_at_most_the_bound() {
+    let server = Server::start();
+    const LIMIT: u64 = 10_000;
+    const MAX_UNITS: u32 = 64;
+    let policy = format!("fixed-window limit={LIMIT} window=1h align=first");
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut leases = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..INSTANCES {
+        let l = Arc::new(Leases::new(
+            instance(&server, &policy, "lease:").await,
+            1024,
+            MAX_UNITS,
+            Duration::from_millis(50),
+        ));
+        leases.push(l.clone());
+        for _ in 0..TASKS {
+            let (l, admitted) = (l.clone(), admitted.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..(2 * LIMIT / (INSTANCES * TASKS) as u64) {
+                    if l.acquire("hot", 1).await {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("no panic");
+    }
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert!(admitted <= LIMIT, "leases admitted {admitted} of {LIMIT}");
+    let bound = INSTANCES as u64 * u64::from(MAX_UNITS);
+    assert!(LIMIT - admitted <= bound, "short by {} (bound {bound})", LIMIT - admitted);
+    let local: u64 = leases.iter().map(|l| l.metrics().local).sum();
+    assert!(local > admitted / 2, "most decisions were made in process: {local} of {admitted}");
+    // Give the leases back: the server then counts exactly what was admitted.
+    for l in &leases {
+        l.close().await;
+    }
+    let probe = instance(&server, &policy, "lease:").await;
+    let v = probe.peek_layers(&[Some("hot")], 1).await.unwrap();
+    assert_eq!(v.decision().remaining(), LIMIT - admitted, "the server's count");
+}
