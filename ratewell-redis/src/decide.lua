@@ -18,9 +18,9 @@
 --   divided by the window. The sliding-window counter's products prev * (W - r) and
 --   (a + 1) * W are at most (N + 1) * W_us <= 2^52 (checked); the nanosecond span
 --   ((a+1) W_ns - 1) / p is computed as 1000 q + ((1000 s - 1) / p) from q, s = divmod((a+1) W_us, p).
--- * compat=nginx: milli-requests; the rate (milli-requests per second) is at most 2^32 and the
---   burst at most 2^20, so rate * ms stays under 2^53 for ms below 2^21 and longer gaps are
---   clamped first (they leak the whole excess).
+-- * compat=nginx: milli-requests; the rate (milli-requests per second) is at most 2^40 and the
+--   burst at most 2^30. A gap since `last` is clamped first to `full_ms`, the time any excess
+--   takes to leak, so rate * ms <= (burst + 1) * 10^6 + 2 rate < 2^53.
 -- * Division is `divmod` below: floor(a / b) from the double quotient, corrected by the exact
 --   remainder, so a quotient that rounds up to the next integer is never taken.
 --
@@ -35,30 +35,41 @@
 --            entry's time) }.
 -- Outcomes: 0 admitted, 1 rejected, 2 impossible. For 'refund': { now_us, 1 }.
 
+-- Globals are a table lookup each (through Redis's read-only guard): the ones used on every
+-- call are read once.
+local floor, format, match, tonumber, unpack, call = math.floor, string.format, string.match,
+  tonumber, unpack, redis.call
+
 local function divmod(a, b)
-  local q = math.floor(a / b)
+  if b == 1 then return a, 0 end
+  local q = floor(a / b)
   local r = a - q * b
   if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
   return q, r
 end
 
 local function ceildiv(a, b)
+  if b == 1 then return a end
   local q, r = divmod(a, b)
   if r > 0 then q = q + 1 end
   return q
 end
 
-local function fmt(...)
-  local out = {}
-  for i, v in ipairs({...}) do out[i] = string.format('%d', v) end
-  return table.concat(out, ' ')
+local function fmt(a, b, c)
+  if c then return format('%d %d %d', a, b, c) end
+  if b then return format('%d %d', a, b) end
+  return format('%d', a)
 end
 
+-- A state (or receipt) of one to three integers; nil for anything else (a key someone else
+-- wrote reads as fresh).
 local function parse(s)
   if not s then return nil end
-  local out = {}
-  for w in string.gmatch(s, '%-?%d+') do out[#out + 1] = tonumber(w) end
-  return out
+  local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  if not a then return nil end
+  if b == '' then return {tonumber(a)} end
+  if c == '' then return {tonumber(a), tonumber(b)} end
+  return {tonumber(a), tonumber(b), tonumber(c)}
 end
 
 -- Units of capacity `u`, `per` units a token, accruing `scale` units a ns: the whole tokens and
@@ -76,493 +87,522 @@ end
 local function gcra_debt(p, st, u)
   if not st or st[1] < u then return 0 end
   local span = st[1] - u
-  if span > p.max_span_us then span = p.max_span_us end
-  return span * p.k + st[2]
+  if span > p[9] then span = p[9] end
+  return span * p[7] + st[2]
 end
 
-local function gcra(p, st, u, c)
-  local B, n, d, bd = p[1], p[2], p[3], p.bd
-  local debt = gcra_debt(p, st, u)
-  if c > B then
+local function make_gcra()
+  local function gcra(p, st, u, c)
+    local B, n, d, bd = p[1], p[2], p[3], p[8]
+    local debt = gcra_debt(p, st, u)
+    if c > B then
+      local rem, nxt = tokens(bd - debt, d, n, B)
+      return {2, rem, ceildiv(debt, n), 0, nxt}
+    end
+    local after = debt + c * d
+    if after <= bd then
+      local q, r = divmod(after, p[7])
+      local rem, nxt = tokens(bd - after, d, n, B)
+      local reset = ceildiv(after, n)
+      return {0, rem, reset, 0, nxt, {u + q, r}, reset}
+    end
     local rem, nxt = tokens(bd - debt, d, n, B)
-    return {2, rem, ceildiv(debt, n), 0, nxt}
+    return {1, rem, ceildiv(debt, n), ceildiv(after - bd, n), nxt}
   end
-  local after = debt + c * d
-  if after <= bd then
-    local q, r = divmod(after, p.k)
-    local rem, nxt = tokens(bd - after, d, n, B)
-    local reset = ceildiv(after, n)
-    return {0, rem, reset, 0, nxt, {u + q, r}, reset}
-  end
-  local rem, nxt = tokens(bd - debt, d, n, B)
-  return {1, rem, ceildiv(debt, n), ceildiv(after - bd, n), nxt}
-end
 
--- The part of a charge not yet refilled: min(c*d, TAT_charged - now), given back.
-local function gcra_refund(p, st, u, c, receipt)
-  local debt = gcra_debt(p, st, u)
-  local unpaid = gcra_debt(p, receipt, u)
-  local charge = c * p[3]
-  if charge > p.bd then charge = p.bd end
-  if unpaid > charge then unpaid = charge end
-  local left = debt - unpaid
-  if left <= 0 then return nil, 0 end
-  local q, r = divmod(left, p.k)
-  return {u + q, r}, ceildiv(left, p[2])
+  -- The part of a charge not yet refilled: min(c*d, TAT_charged - now), given back.
+  local function gcra_refund(p, st, u, c, receipt)
+    local debt = gcra_debt(p, st, u)
+    local unpaid = gcra_debt(p, receipt, u)
+    local charge = c * p[3]
+    if charge > p[8] then charge = p[8] end
+    if unpaid > charge then unpaid = charge end
+    local left = debt - unpaid
+    if left <= 0 then return nil, 0 end
+    local q, r = divmod(left, p[7])
+    return {u + q, r}, ceildiv(left, p[2])
+  end
+  return {gcra, gcra_refund}
 end
 
 -- Leaky bucket (exact). p = {burst, n, d, delay (-1 = nodelay)}. State {tu, tf} as GCRA's.
-local function leaky_backlog(p, st, u)
-  if not st then return 0 end
-  if st[1] < u then
-    -- TAT is before now: the backlog is d - (now - TAT)*n, positive only within one period.
-    local behind = u - st[1]
-    if behind > p.period_us + 1 then return 0 end
-    local b = p[3] - (behind * p.k - st[2])
-    if b < 0 then return 0 end
-    return b
-  end
-  return gcra_debt(p, st, u) + p[3]
-end
-
-local function leaky(p, st, u, c)
-  local burst, n, d = p[1], p[2], p[3]
-  local limit, cap = burst + 1, p.bd - d
-  local backlog = leaky_backlog(p, st, u)
-  if c > limit then
-    local rem, nxt = tokens(cap + d - backlog, d, n, limit)
-    return {2, rem, ceildiv(backlog, n), 0, nxt}
-  end
-  local excess = backlog + (c - 1) * d
-  if excess <= cap then
-    local delay = 0
-    if p[4] >= 0 then
-      local queued = excess - p[4] * d
-      if queued > 0 then delay = ceildiv(queued, n) end
+local function make_leaky()
+  local function leaky_backlog(p, st, u)
+    if not st then return 0 end
+    if st[1] < u then
+      -- TAT is before now: the backlog is d - (now - TAT)*n, positive only within one period.
+      local behind = u - st[1]
+      if behind > p[10] + 1 then return 0 end
+      local b = p[3] - (behind * p[7] - st[2])
+      if b < 0 then return 0 end
+      return b
     end
-    local q, r = divmod(excess, p.k)
-    local rem, nxt = tokens(cap - excess, d, n, limit)
-    local reset = ceildiv(excess + d, n)
-    return {0, rem, reset, delay, nxt, {u + q, r}, reset}
+    return gcra_debt(p, st, u) + p[3]
   end
-  local rem, nxt = tokens(cap + d - backlog, d, n, limit)
-  return {1, rem, ceildiv(backlog, n), ceildiv(excess - cap, n), nxt}
-end
 
-local function leaky_refund(p, st, u, c, receipt)
-  local d = p[3]
-  local backlog = leaky_backlog(p, st, u)
-  local charge = c * d
-  if charge > p.bd then charge = p.bd end
-  local unpaid = leaky_backlog(p, receipt, u)
-  if unpaid > charge then unpaid = charge end
-  local left = backlog - unpaid
-  if left <= 0 then return nil, 0 end
-  -- Stored as TAT = now + (left - d)/n.
-  local x = left - d
-  local q, r = divmod(x, p.k)
-  return {u + q, r}, ceildiv(left, p[2])
+  local function leaky(p, st, u, c)
+    local burst, n, d = p[1], p[2], p[3]
+    local limit, cap = burst + 1, p[8] - d
+    local backlog = leaky_backlog(p, st, u)
+    if c > limit then
+      local rem, nxt = tokens(cap + d - backlog, d, n, limit)
+      return {2, rem, ceildiv(backlog, n), 0, nxt}
+    end
+    local excess = backlog + (c - 1) * d
+    if excess <= cap then
+      local delay = 0
+      if p[4] >= 0 then
+        local queued = excess - p[4] * d
+        if queued > 0 then delay = ceildiv(queued, n) end
+      end
+      local q, r = divmod(excess, p[7])
+      local rem, nxt = tokens(cap - excess, d, n, limit)
+      local reset = ceildiv(excess + d, n)
+      return {0, rem, reset, delay, nxt, {u + q, r}, reset}
+    end
+    local rem, nxt = tokens(cap + d - backlog, d, n, limit)
+    return {1, rem, ceildiv(backlog, n), ceildiv(excess - cap, n), nxt}
+  end
+
+  local function leaky_refund(p, st, u, c, receipt)
+    local d = p[3]
+    local backlog = leaky_backlog(p, st, u)
+    local charge = c * d
+    if charge > p[8] then charge = p[8] end
+    local unpaid = leaky_backlog(p, receipt, u)
+    if unpaid > charge then unpaid = charge end
+    local left = backlog - unpaid
+    if left <= 0 then return nil, 0 end
+    -- Stored as TAT = now + (left - d)/n.
+    local x = left - d
+    local q, r = divmod(x, p[7])
+    return {u + q, r}, ceildiv(left, p[2])
+  end
+  return {leaky, leaky_refund}
 end
 
 -- compat=nginx. p = {rate (milli-requests/s), burst, delay (-1 = nodelay)}.
 -- State {excess, last_ms}. Times here are ms (now_ms = floor(u / 1000)); waits are ns.
-local function ngx_at(ms, u)
-  -- ms * 10^6 - now_ns, clamped at 0, from the difference in us.
-  local t = (ms * 1000 - u) * 1000
-  if t < 0 then return 0 end
-  return t
-end
-
-local function ngx_leak(p, st, now_ms)
-  -- {leaked (nil = fresh), last_ms, moves_last, excess_stored}
-  if not st then return {nil, now_ms, true, 0} end
-  local excess, last = st[1], st[2]
-  local ms = now_ms - last
-  local gap = ms
-  if ms < 0 then ms = 0 end
-  -- Beyond `p.full_ms` the whole excess (and the free request) has leaked: clamp first.
-  local m = ms
-  if m > p.full_ms then m = p.full_ms end
-  local leak = divmod(p[1] * m, 1000)
-  return {excess - leak, now_ms - gap, ms ~= 0, excess}
-end
-
--- (need * 1000 + rate - 1) / rate, truncated toward zero as the engine's integer division is.
-local function ngx_ms_to_leak(p, need)
-  local a = need * 1000 + p[1] - 1
-  if a >= 0 then return (divmod(a, p[1])) end
-  return -(divmod(-a, p[1]))
-end
-
-local function ngx_reset(p, L, u)
-  if L[1] == nil then return 0 end
-  -- leaked + leaked part = the stored excess.
-  local need = L[4] + 1000
-  return ngx_at(L[2] + ngx_ms_to_leak(p, need), u)
-end
-
-local function ngx_until_fits(p, L, c, u)
-  if c > p[2] + 1 then return 0 end
-  local excess = L[4]
-  if L[1] == nil then excess = 0 end
-  local need = excess + 1000 * c - p[2] * 1000
-  local t = ngx_at(L[2] + ngx_ms_to_leak(p, need), u)
-  if t < 1 then t = 1 end
-  return t
-end
-
-local function nginx(p, st, u, c)
-  local rate, burst = p[1], p[2]
-  local now_ms = divmod(u, 1000)
-  local limit, bound = burst + 1, burst * 1000
-  local L = ngx_leak(p, st, now_ms)
-  local e1 = 0
-  if L[1] ~= nil then e1 = L[1] + 1000; if e1 < 0 then e1 = 0 end end
-  local rem_now = 0
-  if e1 <= bound then rem_now = divmod(bound - e1, 1000) + 1 end
-  if c > limit then
-    return {2, rem_now, ngx_reset(p, L, u), 0, ngx_until_fits(p, L, rem_now + 1, u)}
+local function make_nginx()
+  local function ngx_at(ms, u)
+    -- ms * 10^6 - now_ns, clamped at 0, from the difference in us.
+    local t = (ms * 1000 - u) * 1000
+    if t < 0 then return 0 end
+    return t
   end
-  local ec = e1 + (c - 1) * 1000
-  if ec <= bound then
-    local last = L[2]
-    if L[3] then last = now_ms end
-    local delay = 0
-    if p[3] >= 0 and ec > p[3] * 1000 then
-      delay = divmod((ec - p[3] * 1000) * 1000, rate) * 1000000
+
+  local function ngx_leak(p, st, now_ms)
+    -- {leaked (nil = fresh), last_ms, moves_last, excess_stored}
+    if not st then return {nil, now_ms, true, 0} end
+    local excess, last = st[1], st[2]
+    local ms = now_ms - last
+    local gap = ms
+    if ms < 0 then ms = 0 end
+    -- Beyond `p[4]` the whole excess (and the free request) has leaked: clamp first.
+    local m = ms
+    if m > p[4] then m = p[4] end
+    local leak = divmod(p[1] * m, 1000)
+    return {excess - leak, now_ms - gap, ms ~= 0, excess}
+  end
+
+  -- (need * 1000 + rate - 1) / rate, truncated toward zero as the engine's integer division is.
+  local function ngx_ms_to_leak(p, need)
+    local a = need * 1000 + p[1] - 1
+    if a >= 0 then return (divmod(a, p[1])) end
+    return -(divmod(-a, p[1]))
+  end
+
+  local function ngx_reset(p, L, u)
+    if L[1] == nil then return 0 end
+    -- leaked + leaked part = the stored excess.
+    local need = L[4] + 1000
+    return ngx_at(L[2] + ngx_ms_to_leak(p, need), u)
+  end
+
+  local function ngx_until_fits(p, L, c, u)
+    if c > p[2] + 1 then return 0 end
+    local excess = L[4]
+    if L[1] == nil then excess = 0 end
+    local need = excess + 1000 * c - p[2] * 1000
+    local t = ngx_at(L[2] + ngx_ms_to_leak(p, need), u)
+    if t < 1 then t = 1 end
+    return t
+  end
+
+  local function nginx(p, st, u, c)
+    local rate, burst = p[1], p[2]
+    local now_ms = divmod(u, 1000)
+    local limit, bound = burst + 1, burst * 1000
+    local L = ngx_leak(p, st, now_ms)
+    local e1 = 0
+    if L[1] ~= nil then e1 = L[1] + 1000; if e1 < 0 then e1 = 0 end end
+    local rem_now = 0
+    if e1 <= bound then rem_now = divmod(bound - e1, 1000) + 1 end
+    if c > limit then
+      return {2, rem_now, ngx_reset(p, L, u), 0, ngx_until_fits(p, L, rem_now + 1, u)}
     end
-    local after = {ec, last, false, ec}
-    local reset = ngx_reset(p, after, u)
-    -- until_next
-    local need = 1000 - (bound - ec) % 1000
-    local ms = ceildiv(need * 1000, rate)
-    local nxt = ngx_at(last + ms, u)
-    if nxt < 1 then nxt = 1 end
-    return {0, (divmod(bound - ec, 1000)), reset, delay, nxt, {ec, last}, reset}
+    local ec = e1 + (c - 1) * 1000
+    if ec <= bound then
+      local last = L[2]
+      if L[3] then last = now_ms end
+      local delay = 0
+      if p[3] >= 0 and ec > p[3] * 1000 then
+        delay = divmod((ec - p[3] * 1000) * 1000, rate) * 1000000
+      end
+      local after = {ec, last, false, ec}
+      local reset = ngx_reset(p, after, u)
+      -- until_next
+      local need = 1000 - (bound - ec) % 1000
+      local ms = ceildiv(need * 1000, rate)
+      local nxt = ngx_at(last + ms, u)
+      if nxt < 1 then nxt = 1 end
+      return {0, (divmod(bound - ec, 1000)), reset, delay, nxt, {ec, last}, reset}
+    end
+    local retry = ngx_until_fits(p, L, c, u)
+    return {1, rem_now, ngx_reset(p, L, u), retry, ngx_until_fits(p, L, rem_now + 1, u)}
   end
-  local retry = ngx_until_fits(p, L, c, u)
-  return {1, rem_now, ngx_reset(p, L, u), retry, ngx_until_fits(p, L, rem_now + 1, u)}
-end
 
-local function nginx_refund(p, st, u, c, receipt)
-  if not st then return nil, 0 end
-  local now_ms = divmod(u, 1000)
-  local unpaid = 0
-  local R = ngx_leak(p, receipt, now_ms)
-  if receipt and R[1] ~= nil then
-    local cc = c
-    if cc > p[2] + 1 then cc = p[2] + 1 end
-    unpaid = R[1] + 1000
-    if unpaid < 0 then unpaid = 0 end
-    if unpaid > cc * 1000 then unpaid = cc * 1000 end
+  local function nginx_refund(p, st, u, c, receipt)
+    if not st then return nil, 0 end
+    local now_ms = divmod(u, 1000)
+    local unpaid = 0
+    local R = ngx_leak(p, receipt, now_ms)
+    if receipt and R[1] ~= nil then
+      local cc = c
+      if cc > p[2] + 1 then cc = p[2] + 1 end
+      unpaid = R[1] + 1000
+      if unpaid < 0 then unpaid = 0 end
+      if unpaid > cc * 1000 then unpaid = cc * 1000 end
+    end
+    local left = st[1] - unpaid
+    if left < 0 then left = 0 end
+    local ns = {left, st[2]}
+    local L = ngx_leak(p, ns, now_ms)
+    if L[1] <= -1000 then return nil, 0 end
+    return ns, ngx_reset(p, L, u)
   end
-  local left = st[1] - unpaid
-  if left < 0 then left = 0 end
-  local ns = {left, st[2]}
-  local L = ngx_leak(p, ns, now_ms)
-  if L[1] <= -1000 then return nil, 0 end
-  return ns, ngx_reset(p, L, u)
+  return {nginx, nginx_refund}
 end
 
 -- Discrete fill. p = {B, K, I_us}. State {deficit, k}.
-local function disc_tokens(p, st, u)
-  local B, K, I = p[1], p[2], p[3]
-  local k_now = divmod(u, I)
-  if not st then return B, k_now end
-  local deficit = st[1]
-  if deficit > B then deficit = B end
-  if deficit == 0 then return B, k_now end
-  local gap = k_now - st[2]
-  if gap <= 0 then return B - deficit, st[2] end
-  if gap >= ceildiv(deficit, K) then return B, k_now end
-  return B - deficit + K * gap, k_now
-end
-
-local function disc_next(p, k, t, u)
-  if t >= p[1] then return 0 end
-  local at = ((k + 1) * p[3] - u) * 1000
-  if at < 0 then return 0 end
-  return at
-end
-
-local function disc_until(p, k, t, u)
-  if t <= 0 then return 0 end
-  local fills = ceildiv(t, p[2])
-  local at = ((k + fills) * p[3] - u) * 1000
-  if at < 0 then return 0 end
-  return at
-end
-
-local function discrete(p, st, u, c)
-  local B = p[1]
-  local t, k = disc_tokens(p, st, u)
-  if c > B then
-    return {2, t, disc_until(p, k, B - t, u), 0, disc_next(p, k, t, u)}
+local function make_discrete()
+  local function disc_tokens(p, st, u)
+    local B, K, I = p[1], p[2], p[3]
+    local k_now = divmod(u, I)
+    if not st then return B, k_now end
+    local deficit = st[1]
+    if deficit > B then deficit = B end
+    if deficit == 0 then return B, k_now end
+    local gap = k_now - st[2]
+    if gap <= 0 then return B - deficit, st[2] end
+    if gap >= ceildiv(deficit, K) then return B, k_now end
+    return B - deficit + K * gap, k_now
   end
-  if t >= c then
-    local left = t - c
-    local deficit = B - left
-    local reset = disc_until(p, k, deficit, u)
-    local ns = nil
-    if deficit > 0 then ns = {deficit, k} end
-    return {0, left, reset, 0, disc_next(p, k, left, u), ns, reset}
-  end
-  return {1, t, disc_until(p, k, B - t, u), disc_until(p, k, c - t, u), disc_next(p, k, t, u)}
-end
 
-local function discrete_refund(p, st, u, c, receipt)
-  local B, K = p[1], p[2]
-  local t, k = disc_tokens(p, st, u)
-  if not receipt then return st, -1 end
-  local left = B - receipt[1]
-  if left < 0 then left = 0 end
-  local gap = k - receipt[2]
-  if gap < 0 then gap = 0 end
-  local room = (B - left) - K * gap
-  if room < 0 then room = 0 end
-  local back = c
-  if room < back then back = room end
-  if B - t < back then back = B - t end
-  local deficit = B - (t + back)
-  if deficit == 0 then return nil, 0 end
-  return {deficit, k}, disc_until(p, k, deficit, u)
+  local function disc_next(p, k, t, u)
+    if t >= p[1] then return 0 end
+    local at = ((k + 1) * p[3] - u) * 1000
+    if at < 0 then return 0 end
+    return at
+  end
+
+  local function disc_until(p, k, t, u)
+    if t <= 0 then return 0 end
+    local fills = ceildiv(t, p[2])
+    local at = ((k + fills) * p[3] - u) * 1000
+    if at < 0 then return 0 end
+    return at
+  end
+
+  local function discrete(p, st, u, c)
+    local B = p[1]
+    local t, k = disc_tokens(p, st, u)
+    if c > B then
+      return {2, t, disc_until(p, k, B - t, u), 0, disc_next(p, k, t, u)}
+    end
+    if t >= c then
+      local left = t - c
+      local deficit = B - left
+      local reset = disc_until(p, k, deficit, u)
+      local ns = nil
+      if deficit > 0 then ns = {deficit, k} end
+      return {0, left, reset, 0, disc_next(p, k, left, u), ns, reset}
+    end
+    return {1, t, disc_until(p, k, B - t, u), disc_until(p, k, c - t, u), disc_next(p, k, t, u)}
+  end
+
+  local function discrete_refund(p, st, u, c, receipt)
+    local B, K = p[1], p[2]
+    local t, k = disc_tokens(p, st, u)
+    if not receipt then return st, -1 end
+    local left = B - receipt[1]
+    if left < 0 then left = 0 end
+    local gap = k - receipt[2]
+    if gap < 0 then gap = 0 end
+    local room = (B - left) - K * gap
+    if room < 0 then room = 0 end
+    local back = c
+    if room < back then back = room end
+    if B - t < back then back = B - t end
+    local deficit = B - (t + back)
+    if deficit == 0 then return nil, 0 end
+    return {deficit, k}, disc_until(p, k, deficit, u)
+  end
+  return {discrete, discrete_refund}
 end
 
 -- Fixed window. p = {N, W_us, first (1/0)}. State {count, k} (clock) or {count, end_us} (first).
-local function fixed_window(p, st, u)
-  local N, W = p[1], p[2]
-  local count = 0
-  if st then count = st[1]; if count > N then count = N end end
-  if p[3] == 0 then
-    local k_now = divmod(u, W)
-    local k = k_now
-    if count > 0 then
-      local gap = k_now - st[2]
-      if gap > 0 then count = 0 elseif gap < 0 then k = st[2] end
+local function make_fixed()
+  local function fixed_window(p, st, u)
+    local N, W = p[1], p[2]
+    local count = 0
+    if st then count = st[1]; if count > N then count = N end end
+    if p[3] == 0 then
+      local k_now = divmod(u, W)
+      local k = k_now
+      if count > 0 then
+        local gap = k_now - st[2]
+        if gap > 0 then count = 0 elseif gap < 0 then k = st[2] end
+      end
+      local e = ((k + 1) * W - u) * 1000
+      if e < 0 then e = 0 end
+      return count, e, k
     end
-    local e = ((k + 1) * W - u) * 1000
-    if e < 0 then e = 0 end
-    return count, e, k
+    if count > 0 and st[2] > u then return count, (st[2] - u) * 1000, st[2] end
+    return 0, W * 1000, u + W
   end
-  if count > 0 and st[2] > u then return count, (st[2] - u) * 1000, st[2] end
-  return 0, W * 1000, u + W
-end
 
-local function fixed(p, st, u, c)
-  local N = p[1]
-  local count, e, low = fixed_window(p, st, u)
-  local reset = 0
-  if count > 0 then reset = e end
-  if c > N then return {2, N - count, reset, 0, reset} end
-  if count + c <= N then
-    return {0, N - count - c, e, 0, e, {count + c, low}, e}
+  local function fixed(p, st, u, c)
+    local N = p[1]
+    local count, e, low = fixed_window(p, st, u)
+    local reset = 0
+    if count > 0 then reset = e end
+    if c > N then return {2, N - count, reset, 0, reset} end
+    if count + c <= N then
+      return {0, N - count - c, e, 0, e, {count + c, low}, e}
+    end
+    return {1, N - count, reset, e, e}
   end
-  return {1, N - count, reset, e, e}
-end
 
-local function fixed_refund(p, st, u, c, receipt)
-  local count, e, low = fixed_window(p, st, u)
-  if not st then return nil, 0 end
-  if count == 0 or not receipt or low ~= receipt[2] then return st, -1 end
-  local back = c
-  if back > count then back = count end
-  if p[3] == 1 and receipt[1] == c then
-    if count == back then return nil, 0 end
-    return st, -1
+  local function fixed_refund(p, st, u, c, receipt)
+    local count, e, low = fixed_window(p, st, u)
+    if not st then return nil, 0 end
+    if count == 0 or not receipt or low ~= receipt[2] then return st, -1 end
+    local back = c
+    if back > count then back = count end
+    if p[3] == 1 and receipt[1] == c then
+      if count == back then return nil, 0 end
+      return st, -1
+    end
+    count = count - back
+    if count == 0 then return nil, 0 end
+    return {count, low}, e
   end
-  count = count - back
-  if count == 0 then return nil, 0 end
-  return {count, low}, e
+  return {fixed, fixed_refund}
 end
 
 -- Sliding-window counter. p = {N, W_us}. State {prev, cur, k}.
-local function sl_at(p, st, u)
-  local W = p[2]
-  local k_now, r = divmod(u, W)
-  if not st or (st[1] == 0 and st[2] == 0) then return {0, 0, k_now, r} end
-  local g = k_now - st[3]
-  if g == 0 then return {st[1], st[2], k_now, r} end
-  if g == 1 then return {st[2], 0, k_now, r} end
-  if g > 1 then return {0, 0, k_now, r} end
-  return {st[1], st[2], st[3], 0}
-end
-
-local function sl_estimate(p, at)
-  return divmod(at[1] * (p[2] - at[4]), p[2]) + at[2]
-end
-
--- W_ns - floor(((a+1) W_ns - 1) / q), at least 0 (ns).
-local function sl_first_r(p, q, a)
-  if q == 0 then return 0 end
-  local W = p[2]
-  local X = (a + 1) * W
-  local qq, s = divmod(X, q)
-  if qq > W then return 0 end
-  local tail
-  if s == 0 then tail = -1 else tail = divmod(1000 * s - 1, q) end
-  local span = 1000 * qq + tail
-  local r = W * 1000 - span
-  if r < 0 then return 0 end
-  return r
-end
-
-local function sl_wait(p, k, r, u)
-  local t = (k * p[2] - u) * 1000 + r
-  if t < 0 then return 0 end
-  return t
-end
-
-local function sl_next_admit(p, at, c, u)
-  local N, Wn = p[1], p[2] * 1000
-  local a = N - (at[2] + c)
-  if a >= 0 then
-    local r = sl_first_r(p, at[1], a)
-    if r < at[4] * 1000 then r = at[4] * 1000 end
-    if r < Wn then return sl_wait(p, at[3], r, u) end
+local function make_sliding()
+  local function sl_at(p, st, u)
+    local W = p[2]
+    local k_now, r = divmod(u, W)
+    if not st or (st[1] == 0 and st[2] == 0) then return {0, 0, k_now, r} end
+    local g = k_now - st[3]
+    if g == 0 then return {st[1], st[2], k_now, r} end
+    if g == 1 then return {st[2], 0, k_now, r} end
+    if g > 1 then return {0, 0, k_now, r} end
+    return {st[1], st[2], st[3], 0}
   end
-  local r = sl_first_r(p, at[2], N - c)
-  if r < Wn then return sl_wait(p, at[3] + 1, r, u) end
-  return sl_wait(p, at[3] + 2, 0, u)
-end
 
-local function sl_reset(p, at, u)
-  local Wn = p[2] * 1000
-  if at[2] == 0 then
-    local r = sl_first_r(p, at[1], 0)
-    if r < at[4] * 1000 then r = at[4] * 1000 end
-    if r > Wn then r = Wn end
-    return sl_wait(p, at[3], r, u)
+  local function sl_estimate(p, at)
+    return divmod(at[1] * (p[2] - at[4]), p[2]) + at[2]
   end
-  local r = sl_first_r(p, at[2], 0)
-  if r < Wn then return sl_wait(p, at[3] + 1, r, u) end
-  return sl_wait(p, at[3] + 2, 0, u)
-end
 
-local function sl_next_unit(p, at, est, u)
-  if est == 0 then return 0 end
-  local c = p[1] + 1 - est
-  if c < 1 then c = 1 end
-  return sl_next_admit(p, at, c, u)
-end
+  -- W_ns - floor(((a+1) W_ns - 1) / q), at least 0 (ns).
+  local function sl_first_r(p, q, a)
+    if q == 0 then return 0 end
+    local W = p[2]
+    local X = (a + 1) * W
+    local qq, s = divmod(X, q)
+    if qq > W then return 0 end
+    local tail
+    if s == 0 then tail = -1 else tail = divmod(1000 * s - 1, q) end
+    local span = 1000 * qq + tail
+    local r = W * 1000 - span
+    if r < 0 then return 0 end
+    return r
+  end
 
-local function sliding(p, st, u, c)
-  local N = p[1]
-  local at = sl_at(p, st, u)
-  local est = sl_estimate(p, at)
-  local remaining = N - est
-  if remaining < 0 then remaining = 0 end
-  if c > N then
-    return {2, remaining, sl_reset(p, at, u), 0, sl_next_unit(p, at, est, u)}
+  local function sl_wait(p, k, r, u)
+    local t = (k * p[2] - u) * 1000 + r
+    if t < 0 then return 0 end
+    return t
   end
-  if est + c <= N then
-    local after = {at[1], at[2] + c, at[3], at[4]}
-    local reset = sl_reset(p, after, u)
-    return {0, remaining - c, reset, 0, sl_next_unit(p, after, est + c, u),
-            {after[1], after[2], after[3]}, reset}
-  end
-  return {1, remaining, sl_reset(p, at, u), sl_next_admit(p, at, c, u),
-          sl_next_unit(p, at, est, u)}
-end
 
-local function sliding_refund(p, st, u, c, receipt)
-  if not st then return nil, 0 end
-  local at = sl_at(p, st, u)
-  if not receipt then return st, -1 end
-  local g = at[3] - receipt[3]
-  if g == 0 then
-    local b = c; if b > at[2] then b = at[2] end; at[2] = at[2] - b
-  elseif g == 1 then
-    local b = c; if b > at[1] then b = at[1] end; at[1] = at[1] - b
-  else
-    return st, -1
+  local function sl_next_admit(p, at, c, u)
+    local N, Wn = p[1], p[2] * 1000
+    local a = N - (at[2] + c)
+    if a >= 0 then
+      local r = sl_first_r(p, at[1], a)
+      if r < at[4] * 1000 then r = at[4] * 1000 end
+      if r < Wn then return sl_wait(p, at[3], r, u) end
+    end
+    local r = sl_first_r(p, at[2], N - c)
+    if r < Wn then return sl_wait(p, at[3] + 1, r, u) end
+    return sl_wait(p, at[3] + 2, 0, u)
   end
-  if at[1] == 0 and at[2] == 0 then return nil, 0 end
-  return {at[1], at[2], at[3]}, sl_reset(p, at, u)
+
+  local function sl_reset(p, at, u)
+    local Wn = p[2] * 1000
+    if at[2] == 0 then
+      local r = sl_first_r(p, at[1], 0)
+      if r < at[4] * 1000 then r = at[4] * 1000 end
+      if r > Wn then r = Wn end
+      return sl_wait(p, at[3], r, u)
+    end
+    local r = sl_first_r(p, at[2], 0)
+    if r < Wn then return sl_wait(p, at[3] + 1, r, u) end
+    return sl_wait(p, at[3] + 2, 0, u)
+  end
+
+  local function sl_next_unit(p, at, est, u)
+    if est == 0 then return 0 end
+    local c = p[1] + 1 - est
+    if c < 1 then c = 1 end
+    return sl_next_admit(p, at, c, u)
+  end
+
+  local function sliding(p, st, u, c)
+    local N = p[1]
+    local at = sl_at(p, st, u)
+    local est = sl_estimate(p, at)
+    local remaining = N - est
+    if remaining < 0 then remaining = 0 end
+    if c > N then
+      return {2, remaining, sl_reset(p, at, u), 0, sl_next_unit(p, at, est, u)}
+    end
+    if est + c <= N then
+      local after = {at[1], at[2] + c, at[3], at[4]}
+      local reset = sl_reset(p, after, u)
+      return {0, remaining - c, reset, 0, sl_next_unit(p, after, est + c, u),
+              {after[1], after[2], after[3]}, reset}
+    end
+    return {1, remaining, sl_reset(p, at, u), sl_next_admit(p, at, c, u),
+            sl_next_unit(p, at, est, u)}
+  end
+
+  local function sliding_refund(p, st, u, c, receipt)
+    if not st then return nil, 0 end
+    local at = sl_at(p, st, u)
+    if not receipt then return st, -1 end
+    local g = at[3] - receipt[3]
+    if g == 0 then
+      local b = c; if b > at[2] then b = at[2] end; at[2] = at[2] - b
+    elseif g == 1 then
+      local b = c; if b > at[1] then b = at[1] end; at[1] = at[1] - b
+    else
+      return st, -1
+    end
+    if at[1] == 0 and at[2] == 0 then return nil, 0 end
+    return {at[1], at[2], at[3]}, sl_reset(p, at, u)
+  end
+  return {sliding, sliding_refund}
 end
 
 -- Sliding log. p = {N, W_us}. The key is a list of "t_us cost" entries, oldest first.
-local function log_decide(p, key, u, c, take)
-  local N, W = p[1], p[2]
-  local raw = redis.call('LRANGE', key, 0, -1)
-  local ts, cs = {}, {}
-  local total = 0
-  for i, e in ipairs(raw) do
-    local f = parse(e); ts[i] = f[1]; cs[i] = f[2]; total = total + f[2]
-  end
-  local m = #ts
-  local at = u
-  if m > 0 and ts[m] > u then at = ts[m] end
-  local oldest = at - W
-  local expired, dead = 0, 0
-  while expired < m and ts[expired + 1] < oldest do
-    expired = expired + 1; dead = dead + cs[expired]
-  end
-  local live = total - dead
-  local remaining = N - live
-  local function reset_at(t) local x = (t - u) * 1000 + W * 1000 + 1; if x < 0 then return 0 end; return x end
-  local reset = 0
-  if live > 0 and m > 0 then reset = reset_at(ts[m]) end
-  local nxt = 0
-  if expired < m then nxt = reset_at(ts[expired + 1]) end
-  if c > N then return {2, remaining, reset, 0, nxt} end
-  if live + c <= N then
-    if not take then return {0, remaining, reset, 0, nxt} end
-    if live == 0 then nxt = reset_at(at) end
-    if expired > 0 then redis.call('LTRIM', key, expired, -1) end
-    if m > expired and ts[m] == at then
-      redis.call('LSET', key, -1, fmt(at, cs[m] + c))
-    else
-      redis.call('RPUSH', key, fmt(at, c))
+local function make_log()
+  local function log_decide(p, key, u, c, take)
+    local N, W = p[1], p[2]
+    local raw = redis.call('LRANGE', key, 0, -1)
+    local ts, cs = {}, {}
+    local total = 0
+    for i, e in ipairs(raw) do
+      local f = parse(e); ts[i] = f[1]; cs[i] = f[2]; total = total + f[2]
     end
-    local reset2 = reset_at(at)
-    return {0, remaining - c, reset2, 0, nxt, 'log', reset2, {at}}
-  end
-  local freed, retry = 0, 0
-  for i = expired + 1, m do
-    freed = freed + cs[i]
-    if live - freed + c <= N then retry = reset_at(ts[i]); break end
-  end
-  return {1, remaining, reset, retry, nxt}
-end
-
-local function log_refund(p, key, u, c, receipt)
-  if not receipt then return end
-  local raw = redis.call('LRANGE', key, 0, -1)
-  for i, e in ipairs(raw) do
-    local f = parse(e)
-    if f[1] == receipt[1] then
-      local left = f[2] - c
-      if left <= 0 then
-        redis.call('LSET', key, i - 1, '')
-        redis.call('LREM', key, 1, '')
+    local m = #ts
+    local at = u
+    if m > 0 and ts[m] > u then at = ts[m] end
+    local oldest = at - W
+    local expired, dead = 0, 0
+    while expired < m and ts[expired + 1] < oldest do
+      expired = expired + 1; dead = dead + cs[expired]
+    end
+    local live = total - dead
+    local remaining = N - live
+    local function reset_at(t) local x = (t - u) * 1000 + W * 1000 + 1; if x < 0 then return 0 end; return x end
+    local reset = 0
+    if live > 0 and m > 0 then reset = reset_at(ts[m]) end
+    local nxt = 0
+    if expired < m then nxt = reset_at(ts[expired + 1]) end
+    if c > N then return {2, remaining, reset, 0, nxt} end
+    if live + c <= N then
+      if not take then return {0, remaining, reset, 0, nxt} end
+      if live == 0 then nxt = reset_at(at) end
+      if expired > 0 then redis.call('LTRIM', key, expired, -1) end
+      if m > expired and ts[m] == at then
+        redis.call('LSET', key, -1, fmt(at, cs[m] + c))
       else
-        redis.call('LSET', key, i - 1, fmt(f[1], left))
+        redis.call('RPUSH', key, fmt(at, c))
       end
-      return
+      local reset2 = reset_at(at)
+      return {0, remaining - c, reset2, 0, nxt, 'log', reset2, {at}}
+    end
+    local freed, retry = 0, 0
+    for i = expired + 1, m do
+      freed = freed + cs[i]
+      if live - freed + c <= N then retry = reset_at(ts[i]); break end
+    end
+    return {1, remaining, reset, retry, nxt}
+  end
+
+  local function log_refund(p, key, u, c, receipt)
+    if not receipt then return end
+    local raw = redis.call('LRANGE', key, 0, -1)
+    for i, e in ipairs(raw) do
+      local f = parse(e)
+      if f[1] == receipt[1] then
+        local left = f[2] - c
+        if left <= 0 then
+          redis.call('LSET', key, i - 1, '')
+          redis.call('LREM', key, 1, '')
+        else
+          redis.call('LSET', key, i - 1, fmt(f[1], left))
+        end
+        return
+      end
     end
   end
+  return {log_decide, log_refund}
 end
 
-local ALG = {
-  gcra = {gcra, gcra_refund}, leaky = {leaky, leaky_refund}, nginx = {nginx, nginx_refund},
-  discrete = {discrete, discrete_refund}, fixed = {fixed, fixed_refund},
-  sliding = {sliding, sliding_refund},
+-- The algorithms' functions are made when a call first needs them: a script's body runs on
+-- every call, and making every algorithm's closures each time costs more than deciding.
+local MAKERS = {
+  gcra = make_gcra, leaky = make_leaky, nginx = make_nginx, discrete = make_discrete,
+  fixed = make_fixed, sliding = make_sliding, log = make_log,
 }
+local made = {}
+local function alg_of(name)
+  local a = made[name]
+  if not a then a = MAKERS[name](); made[name] = a end
+  return a
+end
 
+-- A layer's parameters: p[1..6] as given; p[7..10] derived (GCRA and the exact leaky bucket:
+-- k = 1000 n, the full bucket's debt, the longest span ahead (us), one period (us)).
 local function params(base)
-  local alg = ARGV[base]
-  local p = {}
-  for i = 1, 6 do p[i] = tonumber(ARGV[base + i]) end
+  local A = ARGV
+  local p = {tonumber(A[base + 1]), tonumber(A[base + 2]), tonumber(A[base + 3]),
+             tonumber(A[base + 4]), tonumber(A[base + 5]), tonumber(A[base + 6]), 0, 0, 0, 0}
+  local alg = A[base]
   if alg == 'gcra' or alg == 'leaky' then
-    p.k = 1000 * p[2]
-    if alg == 'gcra' then p.bd = p[1] * p[3] else p.bd = (p[1] + 1) * p[3] end
-    -- The longest span (us) a state's TAT can lie ahead of now and still be exact.
-    p.max_span_us = divmod(p[5], p.k)
-    p.period_us = divmod(p[3], p.k)
-  elseif alg == 'nginx' then
-    p.full_ms = p[4]
+    local k = 1000 * p[2]
+    p[7] = k
+    if alg == 'gcra' then p[8] = p[1] * p[3] else p[8] = (p[1] + 1) * p[3] end
+    p[9] = divmod(p[5], k)
+    p[10] = divmod(p[3], k)
   end
-  return alg, p, ARGV[base + 7] == '1'
+  return alg, p, A[base + 7] == '1'
 end
 
 local now
@@ -577,19 +617,23 @@ local op = ARGV[3]
 local fixed_ttl = tonumber(ARGV[4])
 local layers = #KEYS
 
+-- Store `st` (nil: delete the key) with its TTL; returns the stored text.
 local function store(key, st, ttl_ns)
-  if st == nil then redis.call('DEL', key); return end
+  if st == nil then call('DEL', key); return '' end
   local ms = fixed_ttl
   if not ms then ms = ceildiv(ttl_ns, 1000000); if ms < 1 then ms = 1 end end
-  if st == 'log' then redis.call('PEXPIRE', key, ms); return end
-  redis.call('SET', key, fmt(unpack(st)), 'PX', ms)
+  if st == 'log' then call('PEXPIRE', key, ms); return '' end
+  local text = fmt(unpack(st))
+  call('SET', key, text, 'PX', ms)
+  return text
 end
 
 if op == 'refund' then
   for i = 1, layers do
     local base = 5 + (i - 1) * 8
     local alg, p = params(base)
-    -- A receipt is 'after|before': the state the charge stored and the one it replaced.
+    -- A receipt is 'after|before': the state the charge stored and the one it replaced; a
+    -- receipt of part of a charge is 'after' alone (it gives back only that part).
     local raw_receipt = ARGV[4 + layers * 8 + i]
     local bar = string.find(raw_receipt, '|', 1, true)
     local after_raw, before_raw = raw_receipt, ''
@@ -598,22 +642,22 @@ if op == 'refund' then
     if after_raw ~= '' then receipt = parse(after_raw) end
     local key = KEYS[i]
     if alg == 'log' then
-      log_refund(p, key, now, cost, receipt)
+      alg_of('log')[2](p, key, now, cost, receipt)
     else
       local raw = redis.call('GET', key)
       local st = parse(raw or nil)
       if st and receipt then
-        if raw == after_raw then
+        if bar and raw == after_raw then
           -- Nothing since the charge: restore the state before it, bit for bit.
           if before_raw == '' then
             redis.call('DEL', key)
           else
             local before = parse(before_raw)
-            local probe = ALG[alg][1](p, before, now, 1099511627776)
+            local probe = alg_of(alg)[1](p, before, now, 1099511627776)
             store(key, before, probe[3])
           end
         else
-          local ns, ttl = ALG[alg][2](p, st, now, cost, receipt)
+          local ns, ttl = alg_of(alg)[2](p, st, now, cost, receipt)
           if ttl ~= -1 then store(key, ns, ttl) end
         end
       end
@@ -622,7 +666,7 @@ if op == 'refund' then
   return {now, 1}
 end
 
-local results = {}
+local results, states, algs, ps, raws = {}, {}, {}, {}, {}
 local all = true
 for i = 1, layers do
   local base = 5 + (i - 1) * 8
@@ -630,15 +674,14 @@ for i = 1, layers do
   local r
   local st = nil
   if alg == 'log' then
-    r = log_decide(p, KEYS[i], now, cost, false)
+    r = alg_of('log')[1](p, KEYS[i], now, cost, false)
   else
-    local raw = redis.call('GET', KEYS[i])
+    local raw = call('GET', KEYS[i])
     if raw then st = parse(raw) end
-    r = ALG[alg][1](p, st, now, cost)
+    if st then raws[i] = raw end
+    r = alg_of(alg)[1](p, st, now, cost)
   end
-  r.st = st
-  r.alg = alg; r.p = p
-  results[i] = r
+  results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p
   if r[1] ~= 0 and not dry then all = false end
 end
 
@@ -650,8 +693,8 @@ if op == 'peek' or not all then
   for i = 1, layers do
     local r = results[i]
     local s
-    if r.alg == 'log' then s = log_decide(r.p, KEYS[i], now, probe, false)
-    else s = ALG[r.alg][1](r.p, r.st, now, probe) end
+    if algs[i] == 'log' then s = alg_of('log')[1](ps[i], KEYS[i], now, probe, false)
+    else s = alg_of(algs[i])[1](ps[i], states[i], now, probe) end
     r[2] = s[2]; r[3] = s[3]; r[5] = s[5]
   end
 end
@@ -662,19 +705,15 @@ for i = 1, layers do
   local r = results[i]
   local receipt = ''
   if op == 'take' and all and r[1] == 0 then
-    if r.alg == 'log' then
-      r = log_decide(r.p, KEYS[i], now, cost, true)
+    if algs[i] == 'log' then
+      r = alg_of('log')[1](ps[i], KEYS[i], now, cost, true)
       receipt = fmt(r[8][1])
     else
-      store(KEYS[i], r[6], r[7])
-      if r[6] then
-        local before = ''
-        if r.st then before = fmt(unpack(r.st)) end
-        receipt = fmt(unpack(r[6])) .. '|' .. before
-      end
+      local text = store(KEYS[i], r[6], r[7])
+      if r[6] then receipt = text .. '|' .. (raws[i] or '') end
     end
   end
-  local base = #out
+  local base = 6 * i - 4
   out[base + 1] = r[1]; out[base + 2] = r[2]; out[base + 3] = r[3]
   out[base + 4] = r[4]; out[base + 5] = r[5]; out[base + 6] = receipt
 end

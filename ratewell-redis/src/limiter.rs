@@ -574,7 +574,24 @@ impl Receipt {
 
     /// The same charge with `cost` units to give back (a part of it).
     pub(crate) fn with_cost(&self, cost: u32) -> Receipt {
-        Receipt { cost: cost.min(self.cost), groups: self.groups.clone() }
+        if cost >= self.cost {
+            return self.clone();
+        }
+        // Part of the charge: the state before it must not be restored (that would give back
+        // all of it), so the receipts keep only the state the charge stored.
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| Charged {
+                states: g
+                    .states
+                    .iter()
+                    .map(|s| s.split('|').next().unwrap_or_default().to_string())
+                    .collect(),
+                ..g.clone()
+            })
+            .collect();
+        Receipt { cost, groups }
     }
 }
 

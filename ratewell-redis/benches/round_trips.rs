@@ -1,0 +1,221 @@
+//! Round trips against a `redis-server` this benchmark starts on a free loopback port, one run
+//! side by side: a decision's latency next to `PING`'s from the same client, throughput with 64
+//! concurrent tasks next to `INCR`'s, and leases on one hot key next to the in-process keyed
+//! limiter, with the global count checked exact. `cargo bench -p ratewell-redis`; `--quick`
+//! for a short run (what CI does).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Server;
+use ratewell::{KeyedLimiter, Policy};
+use ratewell_redis::{Leases, RedisLimiter, Source};
+use redis::aio::ConnectionManager;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn limiter(server: &Server, policy: &str, prefix: &str) -> RedisLimiter {
+    RedisLimiter::builder(&server.url())
+        .layer("bench", &policy.parse::<Policy>().unwrap())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Latency of one client doing one thing at a time: PING and decisions interleaved in blocks, so
+/// both see the same machine.
+async fn latency(server: &Server, conn: &ConnectionManager, rounds: usize) {
+    let l = limiter(server, "token-bucket capacity=1000 rate=1000/s", "lat:").await;
+    let layered = RedisLimiter::builder(&server.url())
+        .layer("ip", &"token-bucket capacity=1000 rate=1000/s".parse().unwrap())
+        .layer("minute", &"fixed-window limit=100000 window=1m".parse().unwrap())
+        .layer("day", &"sliding-window limit=10000 window=1d".parse().unwrap())
+        .prefix("lat3:")
+        .build()
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..1000).map(|i| format!("client-{i}")).collect();
+    let (mut ping, mut decide, mut three) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for _ in 0..100 {
+            let t = Instant::now();
+            let _: String = redis::cmd("PING").query_async(&mut conn.clone()).await.unwrap();
+            ping.push(t.elapsed());
+        }
+        for i in 0..100 {
+            let key = &keys[(round * 100 + i) % keys.len()];
+            let t = Instant::now();
+            let v = l.check(key, 1).await;
+            decide.push(t.elapsed());
+            assert_eq!(v.source(), Source::Server);
+        }
+        for i in 0..100 {
+            let key = keys[(round * 100 + i) % keys.len()].as_str();
+            let t = Instant::now();
+            let v = layered.check_layers(&[Some(key); 3], 1).await.unwrap();
+            three.push(t.elapsed());
+            assert_eq!(v.source(), Source::Server);
+        }
+    }
+    for v in [&mut ping, &mut decide, &mut three] {
+        v.sort();
+    }
+    let (p50, d50, t50) = (percentile(&ping, 0.5), percentile(&decide, 0.5), percentile(&three, 0.5));
+    println!("latency, one client, {} each (interleaved blocks of 100):", ping.len());
+    println!("  PING                     p50 {:>8.1?}  p99 {:>8.1?}", p50, percentile(&ping, 0.99));
+    println!("  decision (token bucket)  p50 {:>8.1?}  p99 {:>8.1?}", d50, percentile(&decide, 0.99));
+    println!("  decision (3 layers)      p50 {:>8.1?}  p99 {:>8.1?}", t50, percentile(&three, 0.99));
+    println!(
+        "  p50 ratio to PING: decision {:.2}, three layers {:.2}",
+        d50.as_secs_f64() / p50.as_secs_f64(),
+        t50.as_secs_f64() / p50.as_secs_f64()
+    );
+}
+
+/// Requests per second with 64 tasks sharing one client, for `secs`.
+async fn throughput<F, Fut>(secs: f64, op: F) -> f64
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..64u64)
+        .map(|task| {
+            let (stop, done, op) = (stop.clone(), done.clone(), op.clone());
+            tokio::spawn(async move {
+                let mut i = task * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    op(i).await;
+                    i += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    n as f64 / elapsed
+}
+
+async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs: f64) {
+    let l = limiter(server, "token-bucket capacity=1000 rate=1000/s", "tp:").await;
+    let mut ratios = Vec::new();
+    println!("throughput, 64 tasks on one client, {runs} alternating runs of {secs} s:");
+    for run in 0..runs {
+        let c = conn.clone();
+        let incr = throughput(secs, move |i| {
+            let mut c = c.clone();
+            async move {
+                let _: i64 = redis::cmd("INCR").arg(format!("incr-{}", i % 1000)).query_async(&mut c).await.unwrap();
+            }
+        })
+        .await;
+        let l2 = l.clone();
+        let decide = throughput(secs, move |i| {
+            let l = l2.clone();
+            async move {
+                let v = l.check(&format!("client-{}", i % 1000), 1).await;
+                assert_eq!(v.source(), Source::Server);
+            }
+        })
+        .await;
+        ratios.push(decide / incr);
+        println!("  run {run}: INCR {incr:>9.0}/s   decision {decide:>9.0}/s   ratio {:.2}", decide / incr);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("  median ratio {:.2}", ratios[ratios.len() / 2]);
+}
+
+/// Leases on one hot key against the in-process keyed limiter, one thread each in turn.
+async fn leases(server: &Server, runs: usize, n: u64) {
+    // A day's window on the clock (align=first holds at most 131071): a run that crosses midnight
+    // UTC sees the window roll over, and then the count is not checked.
+    const LIMIT: u64 = (1 << 32) - 1;
+    let policy = format!("fixed-window limit={LIMIT} window=1d");
+    let day = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 86_400;
+    let first_day = day();
+    let leased = Leases::new(limiter(server, &policy, "lease:").await, 1024, 1 << 16, Duration::from_millis(100));
+    let local: KeyedLimiter<str> = KeyedLimiter::new(&policy.parse().unwrap(), 1024);
+    let mut ratios = Vec::new();
+    let mut admitted = 0u64;
+    println!("one hot key, {n} decisions a run, {runs} alternating runs:");
+    for run in 0..runs {
+        let t = Instant::now();
+        let mut ok = 0u64;
+        for _ in 0..n {
+            ok += u64::from(local.allow("hot"));
+        }
+        let in_process = n as f64 / t.elapsed().as_secs_f64();
+        assert_eq!(ok, n);
+        let t = Instant::now();
+        for _ in 0..n {
+            if leased.acquire("hot", 1).await {
+                admitted += 1;
+            }
+        }
+        let lease = n as f64 / t.elapsed().as_secs_f64();
+        ratios.push(in_process / lease);
+        println!(
+            "  run {run}: in-process keyed {:>6.1} M/s   leases {:>6.1} M/s   in-process / leases {:.2}",
+            in_process / 1e6,
+            lease / 1e6,
+            in_process / lease
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    let m = leased.metrics();
+    leased.close().await;
+    let probe = limiter(server, &policy, "lease:").await;
+    let remaining = probe.peek_layers(&[Some("hot")], 1).await.unwrap().decision().remaining();
+    println!(
+        "  median in-process / leases {:.2}; {} leases of {} units in all, {} decisions in process, {} round trips",
+        ratios[ratios.len() / 2],
+        m.leases,
+        m.leased_units,
+        m.local,
+        m.round_trips
+    );
+    if day() != first_day {
+        println!("  the day's window rolled over during the run: the global count is not checked");
+        return;
+    }
+    println!(
+        "  global count: {admitted} admitted, the server counts {} (exact: {})",
+        LIMIT - remaining,
+        LIMIT - remaining == admitted
+    );
+    assert_eq!(LIMIT - remaining, admitted, "the server's count is what was admitted");
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let server = Server::start();
+    let version = server.cli(&["INFO", "server"]).unwrap_or_default();
+    let version = version.lines().find(|l| l.starts_with("redis_version")).unwrap_or("").trim().to_string();
+    println!("redis-server {version} on 127.0.0.1:{}, {} cores", server.port, std::thread::available_parallelism().map_or(0, |n| n.get()));
+    // One client thread (the server has the other core): no wake-up crosses threads.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = ConnectionManager::new(client).await.unwrap();
+        let (rounds, runs, secs, n) = if quick { (5, 1, 0.2, 200_000) } else { (100, 5, 2.0, 5_000_000) };
+        latency(&server, &conn, rounds).await;
+        concurrent(&server, &conn, runs, secs).await;
+        leases(&server, runs, n).await;
+    });
+}
