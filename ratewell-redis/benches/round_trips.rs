@@ -68,11 +68,20 @@ async fn latency(server: &Server, conn: &ConnectionManager, rounds: usize) {
     for v in [&mut ping, &mut decide, &mut three] {
         v.sort();
     }
-    let (p50, d50, t50) = (percentile(&ping, 0.5), percentile(&decide, 0.5), percentile(&three, 0.5));
+    let (p50, d50, t50) =
+        (percentile(&ping, 0.5), percentile(&decide, 0.5), percentile(&three, 0.5));
     println!("latency, one client, {} each (interleaved blocks of 100):", ping.len());
     println!("  PING                     p50 {:>8.1?}  p99 {:>8.1?}", p50, percentile(&ping, 0.99));
-    println!("  decision (token bucket)  p50 {:>8.1?}  p99 {:>8.1?}", d50, percentile(&decide, 0.99));
-    println!("  decision (3 layers)      p50 {:>8.1?}  p99 {:>8.1?}", t50, percentile(&three, 0.99));
+    println!(
+        "  decision (token bucket)  p50 {:>8.1?}  p99 {:>8.1?}",
+        d50,
+        percentile(&decide, 0.99)
+    );
+    println!(
+        "  decision (3 layers)      p50 {:>8.1?}  p99 {:>8.1?}",
+        t50,
+        percentile(&three, 0.99)
+    );
     println!(
         "  p50 ratio to PING: decision {:.2}, three layers {:.2}",
         d50.as_secs_f64() / p50.as_secs_f64(),
@@ -121,7 +130,11 @@ async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs
         let incr = throughput(secs, move |i| {
             let mut c = c.clone();
             async move {
-                let _: i64 = redis::cmd("INCR").arg(format!("incr-{}", i % 1000)).query_async(&mut c).await.unwrap();
+                let _: i64 = redis::cmd("INCR")
+                    .arg(format!("incr-{}", i % 1000))
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
             }
         })
         .await;
@@ -135,7 +148,10 @@ async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs
         })
         .await;
         ratios.push(decide / incr);
-        println!("  run {run}: INCR {incr:>9.0}/s   decision {decide:>9.0}/s   ratio {:.2}", decide / incr);
+        println!(
+            "  run {run}: INCR {incr:>9.0}/s   decision {decide:>9.0}/s   ratio {:.2}",
+            decide / incr
+        );
     }
     ratios.sort_by(f64::total_cmp);
     println!("  median ratio {:.2}", ratios[ratios.len() / 2]);
@@ -147,9 +163,17 @@ async fn leases(server: &Server, runs: usize, n: u64) {
     // UTC sees the window roll over, and then the count is not checked.
     const LIMIT: u64 = (1 << 32) - 1;
     let policy = format!("fixed-window limit={LIMIT} window=1d");
-    let day = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 86_400;
+    let day = || {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+            / 86_400
+    };
     let first_day = day();
-    let leased = Leases::new(limiter(server, &policy, "lease:").await, 1024, 1 << 16, Duration::from_millis(100));
+    let leased = Leases::new(
+        limiter(server, &policy, "lease:").await,
+        1024,
+        1 << 16,
+        Duration::from_millis(100),
+    );
     let local: KeyedLimiter<str> = KeyedLimiter::new(&policy.parse().unwrap(), 1024);
     let mut ratios = Vec::new();
     let mut admitted = 0u64;
@@ -183,11 +207,11 @@ async fn leases(server: &Server, runs: usize, n: u64) {
     let probe = limiter(server, &policy, "lease:").await;
     let remaining = probe.peek_layers(&[Some("hot")], 1).await.unwrap().decision().remaining();
     println!(
-        "  median in-process / leases {:.2}; {} leases of {} units in all, {} decisions in process, {} round trips",
+        "  median in-process / leases {:.2}; {} leases of {} units in all, {} units spent in process, {} round trips",
         ratios[ratios.len() / 2],
         m.leases,
         m.leased_units,
-        m.local,
+        m.local_units,
         m.round_trips
     );
     if day() != first_day {
@@ -206,14 +230,20 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let server = Server::start();
     let version = server.cli(&["INFO", "server"]).unwrap_or_default();
-    let version = version.lines().find(|l| l.starts_with("redis_version")).unwrap_or("").trim().to_string();
-    println!("redis-server {version} on 127.0.0.1:{}, {} cores", server.port, std::thread::available_parallelism().map_or(0, |n| n.get()));
+    let version =
+        version.lines().find(|l| l.starts_with("redis_version")).unwrap_or("").trim().to_string();
+    println!(
+        "redis-server {version} on 127.0.0.1:{}, {} cores",
+        server.port,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     // One client thread (the server has the other core): no wake-up crosses threads.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let client = redis::Client::open(server.url()).unwrap();
         let conn = ConnectionManager::new(client).await.unwrap();
-        let (rounds, runs, secs, n) = if quick { (5, 1, 0.2, 200_000) } else { (100, 5, 2.0, 5_000_000) };
+        let (rounds, runs, secs, n) =
+            if quick { (5, 1, 0.2, 200_000) } else { (100, 5, 2.0, 5_000_000) };
         latency(&server, &conn, rounds).await;
         concurrent(&server, &conn, runs, secs).await;
         leases(&server, runs, n).await;

@@ -1,7 +1,8 @@
 //! [`Leases`]: a hot key's units charged to the server in bulk and spent in process.
 
-use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+
+use ahash::RandomState;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,8 +18,9 @@ const PROBES: usize = 8;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseMetrics {
-    /// Requests admitted from a lease, in process.
-    pub local: u64,
+    /// Units spent from leases, in process (requests, when each costs 1): leased, less given
+    /// back, less what the current leases still hold.
+    pub local_units: u64,
     /// Leases taken from the server.
     pub leases: u64,
     /// Units leased in total.
@@ -69,7 +71,6 @@ pub struct Leases {
     clock: QuantaClock,
     max_units: u64,
     max_length: Duration,
-    local: AtomicU64,
     leases: AtomicU64,
     leased_units: AtomicU64,
     returned_units: AtomicU64,
@@ -104,7 +105,6 @@ impl Leases {
             clock: QuantaClock::new(),
             max_units: u64::from(max_units.max(1)).min(limit),
             max_length: max_length.max(Duration::from_micros(8)),
-            local: AtomicU64::new(0),
             leases: AtomicU64::new(0),
             leased_units: AtomicU64::new(0),
             returned_units: AtomicU64::new(0),
@@ -115,8 +115,17 @@ impl Leases {
     /// The counts so far.
     pub fn metrics(&self) -> LeaseMetrics {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // No counter on the path that spends a lease: what was spent is what was leased and is
+        // neither held nor given back.
+        let held: u64 = self
+            .slots
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|lease| lease.left.load(Ordering::Relaxed))
+            .sum();
+        let (leased, returned) = (l(&self.leased_units), l(&self.returned_units));
         LeaseMetrics {
-            local: l(&self.local),
+            local_units: leased.saturating_sub(returned).saturating_sub(held),
             leases: l(&self.leases),
             leased_units: l(&self.leased_units),
             returned_units: l(&self.returned_units),
@@ -173,10 +182,7 @@ impl Leases {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => {
-                    self.local.fetch_add(1, Ordering::Relaxed);
-                    return true;
-                }
+                Ok(_) => return true,
                 Err(actual) => left = actual,
             }
         }
@@ -186,12 +192,21 @@ impl Leases {
     /// lease (or, when the server has less than a lease left, one round trip for this request).
     pub async fn acquire(&self, key: &str, cost: u32) -> bool {
         let cost = u64::from(cost.max(1));
-        let Some(lease) = self.slot(key) else {
+        let lease = self.slot(key);
+        if let Some(lease) = lease {
+            if self.spend(lease, cost) {
+                return true;
+            }
+        }
+        // The slow path in a box of its own: the future of a call that spends a lease stays a
+        // few words, not the size of a round trip's.
+        Box::pin(self.renew(key, lease, cost)).await
+    }
+
+    async fn renew(&self, key: &str, lease: Option<&Lease>, cost: u64) -> bool {
+        let Some(lease) = lease else {
             return self.round_trip(key, cost).await;
         };
-        if self.spend(lease, cost) {
-            return true;
-        }
         let mut renewal = lease.renew.lock().await;
         // Another task may have renewed while this one waited.
         if self.spend(lease, cost) {

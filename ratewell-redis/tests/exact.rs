@@ -99,8 +99,8 @@ async fn leases_never_admit_more_and_fall_short_by_at_most_the_bound() {
     assert!(admitted <= LIMIT, "leases admitted {admitted} of {LIMIT}");
     let bound = INSTANCES as u64 * u64::from(MAX_UNITS);
     assert!(LIMIT - admitted <= bound, "short by {} (bound {bound})", LIMIT - admitted);
-    let local: u64 = leases.iter().map(|l| l.metrics().local).sum();
-    assert!(local > admitted / 2, "most decisions were made in process: {local} of {admitted}");
+    let local: u64 = leases.iter().map(|l| l.metrics().local_units).sum();
+    assert!(local > admitted / 2, "most units were spent in process: {local} of {admitted}");
     // Give the leases back: the server then counts exactly what was admitted.
     for l in &leases {
         l.close().await;
@@ -108,4 +108,38 @@ async fn leases_never_admit_more_and_fall_short_by_at_most_the_bound() {
     let probe = instance(&server, &policy, "lease:").await;
     let v = probe.peek_layers(&[Some("hot")], 1).await.unwrap();
     assert_eq!(v.decision().remaining(), LIMIT - admitted, "the server's count");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_gives_back_only_what_it_did_not_spend() {
+    let server = Server::start();
+    for (i, policy) in [
+        "fixed-window limit=1000 window=1h align=first",
+        "token-bucket capacity=1000 rate=1/m",
+        "leaky-bucket rate=1r/m burst=999 nodelay",
+        "sliding-log limit=1000 window=1h",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let prefix = format!("part{i}:");
+        // One instance alone on the key: nothing else touches its state between the lease's
+        // charge and its refund.
+        let leases =
+            Leases::new(instance(&server, policy, &prefix).await, 16, 64, Duration::from_secs(10));
+        let mut admitted = 0;
+        for _ in 0..37 {
+            admitted += u64::from(leases.acquire("k", 1).await);
+        }
+        assert_eq!(admitted, 37);
+        assert!(leases.metrics().leased_units > 37, "{policy}: a lease was larger than its use");
+        leases.close().await;
+        let probe = instance(&server, policy, &prefix).await;
+        let v = probe.peek_layers(&[Some("k")], 1).await.unwrap();
+        assert_eq!(
+            v.decision().remaining(),
+            1000 - 37,
+            "{policy}: the server counts what was spent"
+        );
+    }
 }
