@@ -1,7 +1,5 @@
 //! [`Leases`]: a hot key's units charged to the server in bulk and spent in process.
 
-use std::hash::BuildHasher;
-
 use ahash::RandomState;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
