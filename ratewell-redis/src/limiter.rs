@@ -851,9 +851,15 @@ impl RedisLimiter {
             }
         }
         if rejected {
-            // All or nothing: give back what earlier groups took.
+            // All or nothing: give back what earlier groups took, and report those layers as a
+            // rejected request reports every layer: their state as it is, charged nothing.
             for c in charged.drain(..) {
                 self.refund_group(&c, cost, when).await?;
+                let (_, layer_decisions, _) =
+                    self.call_group(&c.layers, keys, cost, when, Op::Peek).await?;
+                for (&i, d) in c.layers.iter().zip(layer_decisions) {
+                    decisions[i] = Some(d);
+                }
             }
         }
         let layered = LayeredDecision::from_layers(

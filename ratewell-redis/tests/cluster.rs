@@ -78,11 +78,13 @@ async fn layers_on_different_slots_are_all_or_nothing() {
         let v = redis.check_layers(&keys, 1).await.unwrap();
         assert_eq!((v.source(), v.is_admitted()), (Source::Server, true));
     }
-    // The second layer rejects: the first, on another slot, is charged nothing.
+    // The second layer rejects: the first, on another slot, is charged nothing, and reports its
+    // state as it is (as in process: a rejected request's layers are peeks).
     for _ in 0..3 {
         let v = redis.check_layers(&keys, 1).await.unwrap();
         assert!(!v.is_admitted());
         assert_eq!(v.layered().decided_by(), Some(1));
+        assert_eq!(v.layered().layer(0).unwrap().remaining(), 8);
     }
     let first = redis.peek_layers(&[Some("198.51.100.7"), None], 1).await.unwrap();
     assert_eq!(first.decision().remaining(), 8, "the rejected requests were refunded");
