@@ -217,3 +217,35 @@ async fn refunds_restore_what_the_engine_restores() {
         }
     }
 }
+
+/// The server's clock may step back: the script then decides as the engine's pure decision does
+/// with no running maximum (the per-key rule: a reading earlier than the key's state never mints
+/// capacity), field for field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_stepping_back_decides_as_the_per_key_rule() {
+    use ratewell::{State, WordPolicy};
+    let server = Server::start();
+    for (pi, spec) in POLICIES.iter().enumerate() {
+        let policy: Policy = spec.parse().unwrap();
+        let Some(pure) = WordPolicy::new(&policy) else { continue };
+        for seed in 1..=6u64 {
+            let redis = limiter(&server, &format!("back{pi}s{seed}:"), &[("l", &policy)]).await;
+            let mut state = State::FRESH;
+            let mut rng = Rng(seed.wrapping_mul(0x51_7cc1_b727_220a) + pi as u64);
+            let mut t_us = 10_000_000_000 + rng.below(1_000_000_000);
+            for step in 0..150 {
+                if rng.below(4) == 0 {
+                    // Back by up to a few windows (far less than any idle horizon).
+                    t_us -= rng.below(3 * (policy.window_ns() / 1_000).max(1)).min(t_us);
+                } else {
+                    t_us += gap(&mut rng, &policy).min(100_000_000_000);
+                }
+                let c = cost(&mut rng, &policy);
+                let (want, next) = pure.decide(state, Nanos::new(t_us * 1_000), c);
+                state = next.unwrap_or(state);
+                let got = redis.check_at(&[Some("k")], c, Nanos::new(t_us * 1_000)).await.unwrap();
+                assert_eq!(got.layered().layer(0), Some(&want), "{spec}, seed {seed}, step {step}");
+            }
+        }
+    }
+}
