@@ -62,6 +62,9 @@ struct Renewal {
 /// `max_length`. At most one lease per key per instance is outstanding, so the shared policy
 /// under-admits by at most `instances * max_units` units at any instant, and never
 /// over-admits: every unit spent was charged to the server.
+///
+/// A lease answers admitted or not: a delaying leaky bucket's delay does not apply to units
+/// spent from a lease (give such a policy `nodelay`, or decide it by round trip).
 pub struct Leases {
     limiter: RedisLimiter,
     slots: Box<[OnceLock<Lease>]>,

@@ -510,7 +510,15 @@ async fn reconnect(shared: Weak<Shared>, wake: Arc<Notify>) {
             tokio::time::sleep(wait).await;
             let Some(s) = shared.upgrade() else { return };
             let ping = redis::cmd("PING").clone();
-            let ok = matches!(tokio::time::timeout(timeout, s.conn.query(&ping)).await, Ok(Ok(_)));
+            let probe = || tokio::time::timeout(timeout, s.conn.query(&ping));
+            let ok = match probe().await {
+                Ok(Ok(_)) => true,
+                // The connection broke (the server restarted): the manager reconnects on that
+                // error, so a second probe at once reaches a server that is back, instead of
+                // one backoff later.
+                Ok(Err(e)) if is_connection_error(&e) => matches!(probe().await, Ok(Ok(_))),
+                _ => false,
+            };
             if ok {
                 s.backoff_ns.store(s.backoff_min.as_nanos() as u64, Ordering::Relaxed);
                 s.down.store(false, Ordering::Release);
