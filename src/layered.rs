@@ -737,7 +737,6 @@ impl LayeredDecision {
                 return None;
             }
             len = i + 1;
-            out.len = len as u8;
             match decision {
                 Some(decision) => out.record_as(i, dry_run, decision),
                 None => out.skipped |= 1 << i,

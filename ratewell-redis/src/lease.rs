@@ -128,8 +128,8 @@ impl Leases {
         LeaseMetrics {
             local_units: leased.saturating_sub(returned).saturating_sub(held),
             leases: l(&self.leases),
-            leased_units: l(&self.leased_units),
-            returned_units: l(&self.returned_units),
+            leased_units: leased,
+            returned_units: returned,
             round_trips: l(&self.round_trips),
         }
     }

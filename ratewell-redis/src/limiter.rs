@@ -445,7 +445,7 @@ impl Shared {
 
     /// One script call: `EVALSHA`, and on `NOSCRIPT` (a new server, `SCRIPT FLUSH`) load the
     /// script and call it again. Never waits past the timeout, and not at all while down.
-    async fn eval(&self, keys: &[String], args: &[String]) -> Result<Value, Error> {
+    async fn eval(&self, keys: &[String], args: &[&str]) -> Result<Value, Error> {
         if self.down.load(Ordering::Acquire) {
             return Err(Error::Down("reconnecting".into()));
         }
@@ -819,11 +819,12 @@ impl RedisLimiter {
 
     async fn refund_group(&self, group: &Charged, cost: u32, when: When) -> Result<(), Error> {
         let s = &self.shared;
-        let mut args = head(when, cost, "refund");
+        let head = head(when, cost, "refund");
+        let mut args: Vec<&str> = head.iter().map(String::as_str).collect();
         for &i in &group.layers {
-            args.extend(s.layers[i].args.iter().cloned());
+            args.extend(s.layers[i].args.iter().map(String::as_str));
         }
-        args.extend(group.states.iter().cloned());
+        args.extend(group.states.iter().map(String::as_str));
         s.eval(&group.keys, &args).await?;
         bump(&s.counters.refunds);
         Ok(())
@@ -909,9 +910,10 @@ impl RedisLimiter {
         let s = &self.shared;
         let redis_keys: Vec<String> =
             group.iter().map(|&i| s.keys_for(i, keys[i].unwrap_or_default())).collect();
-        let mut args = head(when, cost, if op == Op::Take { "take" } else { "peek" });
+        let head = head(when, cost, if op == Op::Take { "take" } else { "peek" });
+        let mut args: Vec<&str> = head.iter().map(String::as_str).collect();
         for &i in group {
-            args.extend(s.layers[i].args.iter().cloned());
+            args.extend(s.layers[i].args.iter().map(String::as_str));
         }
         let reply = s.eval(&redis_keys, &args).await?;
         let (admitted, fields, states) = parse_reply(reply, group.len())?;
@@ -985,22 +987,14 @@ fn trace_us(now: Nanos) -> Result<u64, Error> {
     Ok(ns / 1_000)
 }
 
-/// The script's first four arguments.
-fn head(when: When, cost: u32, op: &str) -> Vec<String> {
-    let mut args = Vec::with_capacity(4 + 8 * MAX_LAYERS);
-    match when {
-        When::Server => {
-            args.push(String::new());
-        }
-        When::At(us) => args.push(us.to_string()),
-    }
-    args.push(cost.to_string());
-    args.push(op.to_string());
-    args.push(match when {
-        When::Server => String::new(),
-        When::At(_) => TRACE_TTL_MS.to_string(),
-    });
-    args
+/// The script's first four arguments: the time (empty: the server's), the cost, the operation
+/// and the fixed TTL (empty: each key's reset time).
+fn head(when: When, cost: u32, op: &'static str) -> [String; 4] {
+    let (now, ttl) = match when {
+        When::Server => (String::new(), String::new()),
+        When::At(us) => (us.to_string(), TRACE_TTL_MS.to_string()),
+    };
+    [now, cost.to_string(), op.to_string(), ttl]
 }
 
 /// `(admitted, per layer [outcome, remaining, reset, wait, replenish], per layer receipt)`.
