@@ -9,7 +9,7 @@
 
 use crate::algorithms::sliding_log::{Log, SlidingLog};
 use crate::decision::Decision;
-use crate::keyed::table::{self, Place, Table};
+use crate::keyed::table::{self, Place, Slot, Table};
 use crate::state::{self, Applied};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
@@ -70,6 +70,23 @@ pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
 /// threads inserting one new key store it twice.
 pub(crate) fn present(table: &Table, place: Place) -> bool {
     !cfg!(ratewell_broken = "no_rescan") && table::present(table, place)
+}
+
+/// The lock taken after a lock-free miss (`table.rs`). `unsettled_miss`: none, so a lookup
+/// that runs while its key is moved between buckets takes the key for absent.
+pub(crate) fn confirm_miss(table: &Table, place: Place) -> Option<(&Slot, u64)> {
+    if cfg!(ratewell_broken = "unsettled_miss") { None } else { table::confirm_miss(table, place) }
+}
+
+/// Taking the state out of a slot a key is moved from (`table.rs`). `move_unfrozen`: read, not
+/// swapped, so a decider that loaded it before the move still lands its exchange on the vacated
+/// slot, and the admission is lost with it.
+pub(crate) fn take_state(state: &AtomicU64) -> u64 {
+    if cfg!(ratewell_broken = "move_unfrozen") {
+        state.load(Ordering::Acquire)
+    } else {
+        table::take_state(state)
+    }
 }
 
 /// A sliding log's decision (`limiter.rs`). `log_split_lock`: checked under one lock and logged

@@ -350,3 +350,99 @@ fn allow_admits_exactly_what_check_admits() {
         assert_eq!(a.metrics().admitted, b.metrics().admitted);
     }
 }
+
+/// Distinct pseudo-random keys (xorshift64 from `seed`).
+fn random_keys(seed: u64, n: usize) -> Vec<u64> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut keys: Vec<u64> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+#[test]
+fn nine_tenths_full_forgets_no_live_key() {
+    // 900,000 keys, each kept live for an hour by its first request, into 1,000,000 slots: a
+    // key forgotten (evicted) would be admitted again by its second request.
+    let keys = random_keys(11, 900_000);
+    assert_eq!(keys.len(), 900_000);
+    for seed in [None, Some(5)] {
+        let limiter = KeyedLimiter::<u64, _>::with_clock(
+            &policy("token-bucket capacity=1 rate=1/h"),
+            1_000_000,
+            ManualClock::new(0),
+        );
+        let limiter = match seed {
+            Some(seed) => limiter.seeded(seed),
+            None => limiter,
+        };
+        assert!(keys.iter().all(|k| limiter.allow(k)));
+        let again = keys.iter().filter(|k| limiter.allow(k)).count();
+        let m = limiter.metrics();
+        assert_eq!((again, m.evictions, m.keys), (0, 0, 900_000), "seed {seed:?}: {m:?}");
+        assert!(m.relocations > 0 && m.moves >= m.relocations, "{m:?}");
+    }
+}
+
+#[test]
+fn relocations_racing_decisions_lose_nothing() {
+    // Threads take every unit of keys already present while another thread inserts new keys
+    // into the nearly full table, moving keys between their buckets under them: each present key
+    // admits exactly its limit, and no key is lost.
+    for round in 0..10u64 {
+        let limiter = Arc::new(KeyedLimiter::<u64, _>::with_clock(
+            &policy("fixed-window limit=3 window=1h"),
+            4096,
+            ManualClock::new(0),
+        ));
+        // 3,200 keys present (78% of the slots) and 400 new ones (to 88%).
+        let keys = random_keys(round + 100, 3600);
+        let (present, new) = keys.split_at(3200);
+        for k in present {
+            assert!(limiter.check_n(k, 1).is_admitted());
+        }
+        let moved_before = limiter.metrics().moves;
+        let present: Arc<Vec<u64>> = Arc::new(present.to_vec());
+        let barrier = Arc::new(Barrier::new(3));
+        let deciders: Vec<_> = (0..2)
+            .map(|t| {
+                let (limiter, present, barrier) =
+                    (Arc::clone(&limiter), Arc::clone(&present), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    barrier.wait();
+                    let mut admitted = vec![0u64; present.len()];
+                    for _ in 0..3 {
+                        for i in 0..present.len() {
+                            // The two threads walk the keys in opposite orders.
+                            let i = if t == 0 { i } else { present.len() - 1 - i };
+                            admitted[i] += u64::from(limiter.allow(&present[i]));
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        barrier.wait();
+        for k in new {
+            limiter.check(k);
+        }
+        let counts: Vec<Vec<u64>> = deciders.into_iter().map(|h| h.join().unwrap()).collect();
+        let m = limiter.metrics();
+        assert_eq!((m.evictions, m.keys), (0, 3600), "round {round}: {m:?}");
+        assert!(
+            m.moves > moved_before,
+            "round {round}: no key was moved under the deciders: {m:?}"
+        );
+        for (i, k) in present.iter().enumerate() {
+            assert_eq!(counts[0][i] + counts[1][i], 2, "round {round}: key {k}");
+            assert_eq!(limiter.peek_n(k, 1).remaining(), 0, "round {round}: key {k}");
+        }
+    }
+}

@@ -15,6 +15,8 @@
 //! | `no_rescan`     | an insert does not look for the key again under the shard lock | `keyed_one_key_two_threads_inserting` |
 //! | `log_split_lock`| the sliding log checks under one lock and logs under another | `one_word_sliding_log` |
 //! | `no_refund`     | a layered rejection keeps the earlier layers' charges | `layered_*` |
+//! | `move_unfrozen` | a key moved between its buckets is copied without taking its state out of the old slot | `move_racing_decision` |
+//! | `unsettled_miss`| a lookup that finds its key in neither bucket does not wait for the shard lock | `move_racing_lookup` |
 #![cfg(ratewell_loom)]
 
 use loom::sync::Arc;
@@ -335,6 +337,77 @@ fn reclaim_racing_decision() {
         assert_eq!(limiter.peek_n("K", 1).remaining(), 1, "K's request was lost");
         assert_eq!(limiter.peek_n("K2", 1).remaining(), 1);
         assert_eq!(limiter.metrics().evictions, 0, "only lossless reclaims were needed");
+    });
+}
+
+/// A keyed limiter of two buckets (16 slots) in which inserting `"new"`'s key must move `K` from
+/// bucket 0 to bucket 1: bucket 0 holds `K` (first, with one request of two taken) and seven
+/// keys that can live only there, and the new key can live only there too. Returns the limiter
+/// and the new key.
+fn move_needed() -> (Arc<KeyedLimiter<str, ManualClock>>, String) {
+    let limiter =
+        KeyedLimiter::with_clock(&policy("fixed-window limit=2 window=1s"), 16, ManualClock::new(0));
+    assert_eq!(limiter.capacity(), 16);
+    let names = (0..).map(|i| format!("k{i}"));
+    let only_first: Vec<String> = names
+        .clone()
+        .filter(|k| limiter.buckets_of(k.as_str()) == Some((0, 0)))
+        .take(8)
+        .collect();
+    let movable = names.clone().find(|k| limiter.buckets_of(k.as_str()) == Some((0, 1))).unwrap();
+    assert!(limiter.check(&movable).is_admitted());
+    for k in &only_first[..7] {
+        assert!(limiter.check_n(k, 2).is_admitted());
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.moves), (8, 0));
+    // `K` is the name the models use for the key that moves.
+    let limiter = Arc::new(limiter);
+    MOVED.with(|k| *k.borrow_mut() = movable);
+    (limiter, only_first[7].clone())
+}
+
+thread_local! {
+    static MOVED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn moved() -> String {
+    MOVED.with(|k| k.borrow().clone())
+}
+
+#[test]
+#[cfg_attr(any(ratewell_broken = "move_unfrozen", ratewell_broken = "store"), should_panic)]
+fn move_racing_decision() {
+    // K is moved to its other bucket to make room while a decision for K is in flight: the
+    // decision lands on K wherever K is, once.
+    model(|| {
+        let (limiter, new) = move_needed();
+        let k = moved();
+        let l = Arc::clone(&limiter);
+        let key = k.clone();
+        let other = thread::spawn(move || l.check(&key).is_admitted());
+        assert!(limiter.check(&new).is_admitted());
+        assert!(other.join().unwrap(), "K had one of two left");
+        let m = limiter.metrics();
+        assert_eq!((m.keys, m.moves, m.evictions), (9, 1, 0));
+        assert_eq!(limiter.buckets_of(k.as_str()), Some((0, 1)));
+        assert_eq!(limiter.peek_n(&k, 1).remaining(), 0, "K's second request was lost");
+    });
+}
+
+#[test]
+#[cfg_attr(ratewell_broken = "unsettled_miss", should_panic)]
+fn move_racing_lookup() {
+    // K is moved while a peek looks it up: the peek sees K's state (one of two left), never a
+    // fresh key's.
+    model(|| {
+        let (limiter, new) = move_needed();
+        let l = Arc::clone(&limiter);
+        let key = moved();
+        let other = thread::spawn(move || l.peek_n(&key, 1).remaining());
+        assert!(limiter.check(&new).is_admitted());
+        assert_eq!(other.join().unwrap(), 1, "the lookup took K for absent");
+        assert_eq!(limiter.metrics().moves, 1);
     });
 }
 

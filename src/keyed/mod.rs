@@ -184,6 +184,11 @@ pub struct Metrics {
     pub evictions: u64,
     /// New keys refused because every candidate slot was live (with [`OnFull::Refuse`]).
     pub refused: u64,
+    /// New keys placed by moving keys already present to their other candidate bucket (no
+    /// decision changes: a moved key keeps its state).
+    pub relocations: u64,
+    /// Keys moved by those relocations (a relocation may move a chain of keys).
+    pub moves: u64,
     /// Admitted decisions (`check`, not `peek`).
     pub admitted: u64,
     /// Rejected and impossible decisions (`check`, not `peek`).
@@ -544,9 +549,22 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             reclaims: stats.reclaims,
             evictions: stats.evictions,
             refused: stats.refused,
+            relocations: stats.relocations,
+            moves: stats.moves,
             admitted,
             rejected,
             refunds: self.refunds.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// The candidate buckets of `key` in a one-word table, for the loom models (which need keys
+    /// that share buckets); not part of the API.
+    #[cfg(ratewell_loom)]
+    #[doc(hidden)]
+    pub fn buckets_of(&self, key: &K) -> Option<(usize, usize)> {
+        match &self.backend {
+            Backend::Words(table) => Some(table.buckets_of(self.hasher.hash_one(key))),
+            Backend::Logs(_) => None,
         }
     }
 
