@@ -83,7 +83,7 @@
 //!   list, not one word. Its memory grows with use, bounded by the capacity and the limit, and is
 //!   reported by [`KeyedLimiter::memory_bytes`].
 //! - The contract is `docs/SEMANTICS.md` in the repository.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod algorithms;
@@ -95,6 +95,7 @@ mod headers;
 mod keyed;
 mod layered;
 mod limiter;
+mod mem;
 mod policy;
 mod state;
 mod sync;
@@ -103,7 +104,7 @@ mod word;
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 
 pub use decision::{Decision, Outcome};
-pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull};
+pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull, Prehashed};
 pub use keyed::{IpKey, IpPrefixes};
 pub use layered::{
     Absent, KeyCountError, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter,

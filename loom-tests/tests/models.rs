@@ -345,15 +345,15 @@ fn reclaim_racing_decision() {
 /// keys that can live only there, and the new key can live only there too. Returns the limiter
 /// and the new key.
 fn move_needed() -> (Arc<KeyedLimiter<str, ManualClock>>, String) {
-    let limiter =
-        KeyedLimiter::with_clock(&policy("fixed-window limit=2 window=1s"), 16, ManualClock::new(0));
+    let limiter = KeyedLimiter::with_clock(
+        &policy("fixed-window limit=2 window=1s"),
+        16,
+        ManualClock::new(0),
+    );
     assert_eq!(limiter.capacity(), 16);
     let names = (0..).map(|i| format!("k{i}"));
-    let only_first: Vec<String> = names
-        .clone()
-        .filter(|k| limiter.buckets_of(k.as_str()) == Some((0, 0)))
-        .take(8)
-        .collect();
+    let only_first: Vec<String> =
+        names.clone().filter(|k| limiter.buckets_of(k.as_str()) == Some((0, 0))).take(8).collect();
     let movable = names.clone().find(|k| limiter.buckets_of(k.as_str()) == Some((0, 1))).unwrap();
     assert!(limiter.check(&movable).is_admitted());
     for k in &only_first[..7] {

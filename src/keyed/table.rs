@@ -94,7 +94,7 @@ use crossbeam_utils::CachePadded;
 use crate::algorithms::convert;
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
-use crate::keyed::{Receipt, Store, shard_count};
+use crate::keyed::{GROUP, Receipt, Store, shard_count};
 use crate::state::{Applied, Report, apply_algorithm, refund_masked};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
@@ -198,6 +198,7 @@ pub(crate) struct TableStats {
     pub(crate) refused: u64,
     pub(crate) relocations: u64,
     pub(crate) moves: u64,
+    pub(crate) huge_pages: bool,
 }
 
 #[derive(Debug)]
@@ -209,6 +210,8 @@ pub(crate) struct Table {
     buckets_per_shard: u64,
     secret: u64,
     on_full: OnFull,
+    /// Whether the kernel took the advice to back the buckets with transparent huge pages.
+    huge_pages: bool,
 }
 
 /// Where a key may live: its first candidate bucket (its second is [`Table::partner`] of it).
@@ -310,6 +313,8 @@ impl Table {
         buckets.try_reserve_exact(len).map_err(|_| CapacityError::OutOfMemory {
             bytes: len as u64 * std::mem::size_of::<Bucket>() as u64,
         })?;
+        // Before the first write, so that the writes fault huge pages in.
+        let huge_pages = crate::mem::advise_huge_pages(&mut buckets.spare_capacity_mut()[..len]);
         buckets.extend((0..len).map(|_| Bucket::default()));
         let shards: Box<[_]> = (0..shards)
             .map(|_| {
@@ -331,6 +336,7 @@ impl Table {
             buckets_per_shard,
             secret: mix(secret) | 1,
             on_full: OnFull::default(),
+            huge_pages,
         })
     }
 
@@ -741,6 +747,40 @@ impl Store for Table {
         self.decide_slow(policies, hash, now, cost)
     }
 
+    /// Both cache lines of the key's first bucket (its slot may be in either).
+    #[inline(always)]
+    fn prefetch(&self, hash: u64) {
+        let bucket = &self.buckets[self.place(hash).b1];
+        crate::mem::prefetch(&bucket.slots[0]);
+        crate::mem::prefetch(&bucket.slots[SLOTS_PER_BUCKET / 2]);
+    }
+
+    /// The group's first buckets are scanned (their lines prefetched by the caller, so the
+    /// scans' misses overlap), then each request decided in order: on the slot the scan found
+    /// if it still holds the key (a request before it may have inserted a key and moved this
+    /// one), else on the out-of-line path, as a single decision would.
+    #[inline]
+    fn decide_group<R: Report, P: Policies>(
+        &self,
+        policies: &P,
+        group: &[(u64, u32)],
+        now: u64,
+        mut each: impl FnMut(R),
+    ) {
+        let mut found = [None; GROUP];
+        for (found, &(hash, _)) in found.iter_mut().zip(group) {
+            let place = self.place(hash);
+            *found = self.find_in(place, place.b1);
+        }
+        for (found, &(hash, cost)) in found.iter().zip(group) {
+            let report = found.and_then(|(slot, key)| {
+                let algorithm = policies.algorithm((key >> FP_BITS) as u8)?;
+                self.apply(algorithm, slot, key, now, cost)
+            });
+            each(report.unwrap_or_else(|| self.decide_slow(policies, hash, now, cost)));
+        }
+    }
+
     /// Decide a request for the key with hash `hash` without taking anything, reporting the
     /// key's state as it is (a new key's: fresh).
     fn peek<P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> Decision {
@@ -848,7 +888,7 @@ impl Store for Table {
     }
 
     fn stats(&self) -> TableStats {
-        let mut s = TableStats::default();
+        let mut s = TableStats { huge_pages: self.huge_pages, ..TableStats::default() };
         for shard in self.shards.iter() {
             s.len += shard.len.load(Ordering::Relaxed);
             s.reclaims += shard.reclaims.load(Ordering::Relaxed);
