@@ -73,6 +73,25 @@ mod tests {
     }
 
     #[test]
+    fn batches_prefetch_and_decide_on_a_small_table() {
+        // The batch path through the prefetch, under Miri too: a table small enough to run
+        // there, with repeated, new, moved and evicted keys.
+        use crate::{KeyedLimiter, ManualClock, Policy};
+        let policy: Policy = "fixed-window limit=2 window=1s".parse().unwrap();
+        let batched = KeyedLimiter::<u32, _>::with_clock(&policy, 16, ManualClock::new(0));
+        let single = KeyedLimiter::<u32, _>::with_clock(&policy, 16, ManualClock::new(0));
+        let (batched, single) = (batched.seeded(1), single.seeded(1));
+        let keys: Vec<u32> = (0..40).map(|i| i * 7 % 23).collect();
+        let requests: Vec<(&u32, u32)> = keys.iter().map(|k| (k, 1)).collect();
+        let mut out = Vec::new();
+        batched.check_batch(&requests, &mut out);
+        let expected: Vec<_> = keys.iter().map(|k| single.check(k)).collect();
+        assert_eq!(out, expected);
+        assert_eq!(batched.metrics(), single.metrics());
+        assert!(batched.metrics().keys == 16 && batched.metrics().evictions > 0);
+    }
+
+    #[test]
     fn huge_pages_are_whole_and_inside() {
         const H: usize = HUGE_PAGE;
         assert_eq!(huge_pages_within(H, H - 1), (H, H)); // empty

@@ -5,7 +5,9 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
-use ratewell::{Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy};
+use ratewell::{
+    Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Prehashed,
+};
 
 use ratewell_cli::trace::Reader;
 
@@ -95,7 +97,13 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
             .map_err(|e| format!("--policy: {e}"))?;
         let n = limiter.len();
-        let decide = |t: u64, field: &[u8], cost: u32, line: u64| {
+        let ahead = |field: &[u8]| {
+            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
+            let refs: Vec<&dyn LayerKey> = keys.iter().map(|k| k as &dyn LayerKey).collect();
+            // A wrong number of keys is reported when the line is decided.
+            let _ = limiter.prefetch(&refs);
+        };
+        let decide = |t: u64, field: &[u8], (): (), cost: u32, line: u64| {
             let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
             if keys.len() != 1 && keys.len() != n {
                 return Err(Failure::Read(format!(
@@ -112,7 +120,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
             Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
         };
-        replay_trace(path, output, decide)?;
+        replay_trace(path, output, ahead, decide)?;
         for i in 0..n {
             let m = limiter.metrics(i).expect("a layer of the limiter");
             if m.evictions > 0 {
@@ -135,7 +143,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         KeyedLimiter::<[u8], _>::try_with_clock(policy, args.capacity, ManualClock::new(0))
             .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
             .seeded(SEED);
-    let decide = |t: u64, key: &[u8], cost: u32, line: u64| {
+    let ahead = |key: &[u8]| limiter.prehash(key);
+    let decide = |t: u64, key: &[u8], token: Prehashed, cost: u32, line: u64| {
         if key.contains(&b'|') {
             let keys = key.split(|&b| b == b'|').count();
             return Err(Failure::Read(format!(
@@ -143,9 +152,10 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             )));
         }
         limiter.clock().set(t);
-        Ok(Decided { decision: limiter.check_n(key, cost), layer: None, would: String::new() })
+        let decision = limiter.check_prehashed(token, cost);
+        Ok(Decided { decision, layer: None, would: String::new() })
     };
-    let copy = replay_trace(path, output, decide)?;
+    let copy = replay_trace(path, output, ahead, decide)?;
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
         let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
@@ -189,7 +199,7 @@ fn replay_redis(
         return Err(format!("--backend {url}: the server does not answer"));
     }
     let n = policies.len();
-    let decide = |t: u64, field: &[u8], cost: u32, line: u64| {
+    let decide = |t: u64, field: &[u8], (): (), cost: u32, line: u64| {
         let field = std::str::from_utf8(field)
             .map_err(|_| Failure::Read(format!("line {line}: a key that is not UTF-8")))?;
         let keys: Vec<Option<&str>> = field.split('|').map(Some).collect();
@@ -210,7 +220,7 @@ fn replay_redis(
         let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
         Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
     };
-    let result = replay_trace(path, output, decide).map(drop);
+    let result = replay_trace(path, output, |_: &[u8]| {}, decide).map(drop);
     let cleared = runtime.block_on(limiter.delete_keys());
     result?;
     cleared.map_err(|e| format!("--backend {url}: deleting the replay's keys: {e}"))?;
@@ -226,11 +236,13 @@ struct Decided {
 }
 
 /// Replay the trace at `path` (standard input if `None`, kept in a temporary copy, returned, to
-/// be read again should live keys be evicted) through `decide`, printing to standard output.
-fn replay_trace(
+/// be read again should live keys be evicted) through `decide`, printing to standard output;
+/// `ahead` is called on each key a little before `decide` (see [`replay`]).
+fn replay_trace<T: Copy>(
     path: Option<&PathBuf>,
     output: Output,
-    decide: impl FnMut(u64, &[u8], u32, u64) -> Result<Decided, Failure>,
+    ahead: impl FnMut(&[u8]) -> T,
+    decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<Decided, Failure>,
 ) -> Result<Option<TempFile>, String> {
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
@@ -241,14 +253,14 @@ fn replay_trace(
             let size = file.metadata().ok().map(|m| m.len());
             let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
             let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
-            (replay(&mut reader, &mut out, output, progress, decide), None)
+            (replay(&mut reader, &mut out, output, progress, ahead, decide), None)
         }
         None => {
             let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
             let mut reader =
                 Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())))
                     .with_key_lists();
-            let result = replay(&mut reader, &mut out, output, progress, decide);
+            let result = replay(&mut reader, &mut out, output, progress, ahead, decide);
             (result, reader.into_inner().into_inner().finish())
         }
     };
@@ -293,12 +305,32 @@ struct KeyStats {
     rejected: u64,
 }
 
-fn replay(
+/// A request read ahead of its decision: its key is `keys[start..end]` of the group's buffer.
+struct Ahead<T> {
+    t: u64,
+    cost: u32,
+    line: u64,
+    start: usize,
+    end: usize,
+    token: T,
+}
+
+/// Requests read, and their keys handed to `ahead` (a limiter hashes them and prefetches their
+/// buckets), before the first of them is decided: a replay of keys out of cache waits for a
+/// group's memory accesses together rather than one after another.
+const GROUP: usize = KeyedLimiter::<[u8], ManualClock>::BATCH_GROUP;
+
+/// The replay: requests are read `GROUP` at a time, each key passed to `ahead` as it is read, then
+/// decided in order by `decide` (given what `ahead` returned) and printed. A line that does not
+/// parse ends the replay after the lines before it are decided and printed, as it would one line
+/// at a time.
+fn replay<T: Copy>(
     reader: &mut Reader<impl io::BufRead>,
     out: &mut impl Write,
     output: Output,
     mut progress: FileProgress,
-    mut decide: impl FnMut(u64, &[u8], u32, u64) -> Result<Decided, Failure>,
+    mut ahead: impl FnMut(&[u8]) -> T,
+    mut decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<Decided, Failure>,
 ) -> Result<(), Failure> {
     // Per-key counts only for --summary: the table keeps no keys, so a replay of millions of
     // distinct keys stays within the table's memory.
@@ -308,50 +340,40 @@ fn replay(
         out.write_all(b"admitted,delay_ns,remaining,retry_after_ns,reset_after_ns")?;
         out.write_all(if layered { b",layer,would_reject\n" } else { b"\n" })?;
     }
-    // The key, copied out of the reader's line so that the line's number can be read with it.
-    let mut key: Vec<u8> = Vec::with_capacity(128);
-    loop {
-        let (t, cost) = match reader.next() {
-            Ok(Some(request)) => {
-                key.clear();
-                key.extend_from_slice(request.key);
-                (request.t, request.cost)
-            }
-            Ok(None) => break,
-            Err(e) => return Err(Failure::Read(e.to_string())),
-        };
-        let Decided { decision, layer, would } = decide(t, &key, cost, reader.lines())?;
-        match output {
-            Output::Summary => {
-                let id = *ids.entry(key.clone()).or_insert_with(|| {
-                    stats.push(KeyStats { name: key.clone(), admitted: 0, rejected: 0 });
-                    stats.len() - 1
-                });
-                let entry = &mut stats[id];
-                if decision.is_admitted() {
-                    entry.admitted += 1;
-                } else {
-                    entry.rejected += 1;
+    // The group's keys, copied out of the reader's lines.
+    let mut keys: Vec<u8> = Vec::with_capacity(GROUP * 64);
+    let mut group: Vec<Ahead<T>> = Vec::with_capacity(GROUP);
+    let mut end = None;
+    while end.is_none() {
+        keys.clear();
+        group.clear();
+        while group.len() < GROUP {
+            match reader.next() {
+                Ok(Some(request)) => {
+                    let start = keys.len();
+                    keys.extend_from_slice(request.key);
+                    let token = ahead(&keys[start..]);
+                    let (t, cost, line) = (request.t, request.cost, reader.lines());
+                    group.push(Ahead { t, cost, line, start, end: keys.len(), token });
+                }
+                Ok(None) => {
+                    end = Some(Ok(()));
+                    break;
+                }
+                Err(e) => {
+                    end = Some(Err(Failure::Read(e.to_string())));
+                    break;
                 }
             }
-            Output::Contract { delays } => match (decision.is_admitted(), delays) {
-                (true, true) => writeln!(out, "1,{}", decision.delay_ns())?,
-                (true, false) => out.write_all(b"1\n")?,
-                (false, _) => out.write_all(b"0\n")?,
-            },
-            Output::Full { layered } => {
-                write_fields(out, &decision)?;
-                if layered {
-                    match layer {
-                        Some(i) => write!(out, ",{},{would}", i + 1)?,
-                        None => write!(out, ",,{would}")?,
-                    }
-                }
-                out.write_all(b"\n")?;
-            }
+        }
+        for r in &group {
+            let key = &keys[r.start..r.end];
+            let Decided { decision, layer, would } = decide(r.t, key, r.token, r.cost, r.line)?;
+            record(out, output, &mut ids, &mut stats, key, &decision, layer, &would)?;
         }
         progress.update(reader.bytes(), reader.lines());
     }
+    end.unwrap_or(Ok(()))?;
     progress.finish(reader.lines());
     if let Output::Summary = output {
         let (mut admitted, mut rejected) = (0, 0);
@@ -363,6 +385,50 @@ fn replay(
             writeln!(out, ",{},{}", s.admitted, s.rejected)?;
         }
         writeln!(out, "*,{admitted},{rejected}")?;
+    }
+    Ok(())
+}
+
+/// One decision printed (or, for `--summary`, counted under its key).
+#[allow(clippy::too_many_arguments)]
+fn record(
+    out: &mut impl Write,
+    output: Output,
+    ids: &mut HashMap<Vec<u8>, usize>,
+    stats: &mut Vec<KeyStats>,
+    key: &[u8],
+    decision: &Decision,
+    layer: Option<usize>,
+    would: &str,
+) -> Result<(), Failure> {
+    match output {
+        Output::Summary => {
+            let id = *ids.entry(key.to_vec()).or_insert_with(|| {
+                stats.push(KeyStats { name: key.to_vec(), admitted: 0, rejected: 0 });
+                stats.len() - 1
+            });
+            let entry = &mut stats[id];
+            if decision.is_admitted() {
+                entry.admitted += 1;
+            } else {
+                entry.rejected += 1;
+            }
+        }
+        Output::Contract { delays } => match (decision.is_admitted(), delays) {
+            (true, true) => writeln!(out, "1,{}", decision.delay_ns())?,
+            (true, false) => out.write_all(b"1\n")?,
+            (false, _) => out.write_all(b"0\n")?,
+        },
+        Output::Full { layered } => {
+            write_fields(out, decision)?;
+            if layered {
+                match layer {
+                    Some(i) => write!(out, ",{},{would}", i + 1)?,
+                    None => write!(out, ",,{would}")?,
+                }
+            }
+            out.write_all(b"\n")?;
+        }
     }
     Ok(())
 }

@@ -78,16 +78,47 @@ fn shown(bytes: &[u8]) -> String {
     }
 }
 
+/// A decimal integer of ASCII digits only (leading zeros allowed), if it fits in a `u64`.
 fn integer(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+    if bytes.is_empty() {
+        return None;
+    }
+    if bytes.len() <= 19 {
+        // Below 10^19: no overflow possible.
+        let mut n = 0u64;
+        for &b in bytes {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            n = n * 10 + u64::from(d);
+        }
+        return Some(n);
+    }
+    if !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
     bytes.iter().try_fold(0u64, |n, &b| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
 }
 
-fn key_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')
-}
+/// What a byte is to the key field: one of [`KEY`], [`BAR`], [`COMMA`], or 0 (not allowed).
+const KEY: u8 = 1;
+const BAR: u8 = 2;
+const COMMA: u8 = 3;
+const CLASS: [u8; 256] = {
+    let mut class = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-') {
+            class[b] = KEY;
+        }
+        b += 1;
+    }
+    class[b'|' as usize] = BAR;
+    class[b',' as usize] = COMMA;
+    class
+};
 
 /// A line without its `\n`.
 fn content(line: &[u8]) -> &[u8] {
@@ -111,17 +142,30 @@ pub fn parse(line: &[u8], lists: bool) -> Result<Option<Request<'_>>, LineError>
         return Ok(None);
     }
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    // At most three fields, without allocating; the count is only needed for the error.
-    let mut split = line.split(|&b| b == b',');
-    let (Some(time), Some(key), cost, None) =
-        (split.next(), split.next(), split.next(), split.next())
-    else {
-        return Err(LineError::Fields(line.iter().filter(|&&b| b == b',').count() + 1));
-    };
+    let fields = |line: &[u8]| LineError::Fields(line.iter().filter(|&&b| b == b',').count() + 1);
+    let Some(first) = line.iter().position(|&b| b == b',') else { return Err(fields(line)) };
+    let (time, rest) = (&line[..first], &line[first + 1..]);
+    // One pass over the key: where it ends, and whether it is one key (or, with `lists`, keys
+    // separated by `|`) of allowed bytes, none empty.
+    let (mut valid, mut segment_empty, mut end) = (true, true, rest.len());
+    for (i, &b) in rest.iter().enumerate() {
+        match CLASS[usize::from(b)] {
+            KEY => segment_empty = false,
+            BAR if lists && !segment_empty => segment_empty = true,
+            COMMA => {
+                end = i;
+                break;
+            }
+            _ => valid = false,
+        }
+    }
+    let key = &rest[..end];
+    let cost = rest.get(end + 1..);
+    if cost.is_some_and(|c| c.contains(&b',')) {
+        return Err(fields(line));
+    }
     let t = integer(time).filter(|&t| t <= MAX_T).ok_or_else(|| LineError::Time(shown(time)))?;
-    let valid = |k: &[u8]| !k.is_empty() && k.iter().all(|&b| key_byte(b));
-    let ok = if lists { key.split(|&b| b == b'|').all(valid) } else { valid(key) };
-    if !ok {
+    if !valid || segment_empty {
         return Err(LineError::Key(shown(key)));
     }
     let cost = match cost {
@@ -253,5 +297,88 @@ mod tests {
         assert!(matches!(parse_line(b"5, a"), Err(LineError::Key(_))));
         assert!(matches!(parse_line(b"5,a,1,x"), Err(LineError::Fields(4))));
         assert!(matches!(parse_line(b"5"), Err(LineError::Fields(1))));
+    }
+
+    /// The grammar stated plainly (split on commas, check each field): the reference that
+    /// [`parse`]'s one-pass scan must agree with on every line.
+    fn reference(line: &[u8], lists: bool) -> Result<Option<Request<'_>>, LineError> {
+        if is_blank(line) {
+            return Ok(None);
+        }
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let mut split = line.split(|&b| b == b',');
+        let (Some(time), Some(key), cost, None) =
+            (split.next(), split.next(), split.next(), split.next())
+        else {
+            return Err(LineError::Fields(line.iter().filter(|&&b| b == b',').count() + 1));
+        };
+        let number = |f: &[u8]| {
+            if f.is_empty() || !f.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            f.iter().try_fold(0u64, |n, &b| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+        };
+        let t = number(time).filter(|&t| t <= MAX_T).ok_or_else(|| LineError::Time(shown(time)))?;
+        let key_byte = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-');
+        let valid = |k: &[u8]| !k.is_empty() && k.iter().all(|&b| key_byte(b));
+        let ok = if lists { key.split(|&b| b == b'|').all(valid) } else { valid(key) };
+        if !ok {
+            return Err(LineError::Key(shown(key)));
+        }
+        let cost = match cost {
+            None | Some([]) => 1,
+            Some(c) => number(c)
+                .filter(|c| (1..=u64::from(u32::MAX)).contains(c))
+                .ok_or_else(|| LineError::Cost(shown(c)))? as u32,
+        };
+        Ok(Some(Request { t, key, cost }))
+    }
+
+    #[test]
+    fn one_pass_parse_equals_the_reference() {
+        // Every line of up to 5 bytes over an alphabet of the grammar's edge bytes, then random
+        // longer lines mixing them with digits and long numbers.
+        let alphabet: &[u8] = b"09,a|\r-\xff ";
+        let mut line = Vec::new();
+        let mut check = |line: &[u8]| {
+            for lists in [false, true] {
+                assert_eq!(parse(line, lists), reference(line, lists), "{:?}", shown(line));
+            }
+        };
+        for len in 0..=5u32 {
+            for mut n in 0..(alphabet.len() as u64).pow(len) {
+                line.clear();
+                for _ in 0..len {
+                    line.push(alphabet[(n % alphabet.len() as u64) as usize]);
+                    n /= alphabet.len() as u64;
+                }
+                check(&line);
+            }
+        }
+        let pieces: [&[u8]; 12] = [
+            b"0",
+            b"7",
+            b"18446744073709551615",
+            b"18446744073709551616",
+            b"9223372036854775807",
+            b"9223372036854775808",
+            b"00000000000000000000000042",
+            b"4294967295",
+            b"4294967296",
+            b"key-1.a:b_c",
+            b"|",
+            b",",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..200_000 {
+            line.clear();
+            for _ in 0..(x % 7) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                line.extend_from_slice(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            check(&line);
+        }
     }
 }

@@ -747,12 +747,13 @@ impl Store for Table {
         self.decide_slow(policies, hash, now, cost)
     }
 
-    /// Both cache lines of the key's first bucket (its slot may be in either).
+    /// The first cache line of the key's first bucket: slots 0-3, which a bucket fills first
+    /// (the second line comes with it when the adjacent-line prefetcher fetches the pair).
+    /// Prefetching both lines measured slower (`benches/README.md`, *Batches*): twice the
+    /// misses in flight for a group, more than the core keeps.
     #[inline(always)]
     fn prefetch(&self, hash: u64) {
-        let bucket = &self.buckets[self.place(hash).b1];
-        crate::mem::prefetch(&bucket.slots[0]);
-        crate::mem::prefetch(&bucket.slots[SLOTS_PER_BUCKET / 2]);
+        crate::mem::prefetch(&self.buckets[self.place(hash).b1].slots[0]);
     }
 
     /// The group's first buckets are scanned (their lines prefetched by the caller, so the
