@@ -15,18 +15,43 @@
 //!
 //! So a slot is 16 bytes and a key's fingerprint and state share a cache line: a hit on a cold key
 //! costs one DRAM miss (two for a key in the second line of its bucket, which the adjacent-line
-//! prefetcher usually hides). A key may live in one of two buckets chosen by the hash (16
-//! candidate slots, "two-choice" placement): the first is the high bits of the hash multiplied by
-//! an odd constant, scaled to the whole array, and its shard is that bucket's; the second is
-//! another bucket of the same shard, from the product's middle bits (so the fast path computes
-//! one multiply and no shard). The fingerprint is the hash's high 54 bits, shifted down and made
-//! odd: never `EMPTY`, and below 2^55 so never the low bits of `TOMBSTONE` (a scan needs one
-//! compare a slot).
+//! prefetcher usually hides). A key may live in one of two buckets of its shard (16 candidate
+//! slots, "two-choice" placement): the first is the high bits of the hash multiplied by an odd
+//! constant, scaled to the whole array, and its shard is that bucket's (the fast path computes one
+//! multiply and no shard); the second is the first's *partner* ([`Table::partner`]): within the
+//! shard, `w1 + w2 = h(fp) mod buckets_per_shard` for a mix `h` of the fingerprint and the
+//! table's secret, so either bucket and the fingerprint a slot stores give the other one, and a key
+//! can be moved between its buckets without its hash. The fingerprint is the hash's high 54 bits,
+//! shifted down and made odd: never `EMPTY`, and below 2^55 so never the low bits of `TOMBSTONE`
+//! (a scan needs one compare a slot).
 //!
-//! Without relocation of keys between their two buckets (cuckoo moves, not done), the first live
-//! key is evicted when one key's two buckets are both full of live keys: measured at 26-35% of
-//! capacity with random keys (runs at 1M and 10M slots); from there on every slot holds a key and
-//! each new live key evicts one. Size the capacity above the live keys you want to keep exactly.
+//! The table's memory is allocated once, untouched, then advised `MADV_HUGEPAGE` (its whole 2 MiB
+//! pages, Linux; `src/mem.rs`) before it is zeroed, so that a large table faults in transparent
+//! huge pages where the system allows them (THP `madvise` or `always`): a decision on a cold key
+//! then misses the TLB far less often (`benches/README.md`, *Huge pages*).
+//!
+//! # Relocation (cuckoo moves, under the shard lock)
+//!
+//! A new key whose sixteen candidate slots are all live does not evict one while a path of moves
+//! frees one: a breadth-first search (at most [`RELOCATION_BUCKETS`] buckets) from the key's two
+//! buckets through each occupant's partner bucket finds the nearest bucket with a free slot, and
+//! the keys along the path move, last first, each into its partner bucket, so that a candidate
+//! slot frees up. Both buckets of every key are in its shard, so the whole path is under that
+//! shard's lock. A move ([`move_key`]) tombstones the old slot, swaps its state out (any decider
+//! that loaded the state before then fails its compare-exchange, and re-validating finds the
+//! tombstone), publishes the key with its state in the new slot, and frees the old one. For the
+//! instant between the swap and the publication the key is in neither bucket: a lock-free lookup
+//! that misses in both therefore takes the shard lock and looks again before it treats the key as
+//! absent ([`Table::find_settled`]; a decision of a new key takes that lock anyway). A moved key's
+//! stored word moves as it is (its mask is the key word's, which does not change).
+//!
+//! Random keys, each kept live for an hour by its first request, are first evicted at 90-93% of
+//! capacity at 100k slots, 95-96% at 1M and 96-97% at 4M (three seeds each:
+//! `cargo run --release --example first_eviction`, `benches/results/first-eviction-2026-12-02.txt`);
+//! what stops it is the fullest shard (shards of about 1,000 keys fill unevenly), not the search.
+//! A relocation writes only under the lock: the decision hot path is unchanged. A shard whose
+//! every slot holds a key is not searched (no path exists), so a flood of new keys into a full
+//! table of live keys costs what it did without relocation.
 //!
 //! Keys are stored only as fingerprints of a per-process-seeded `ahash`: two distinct keys merge
 //! only if their 54-bit fingerprints are equal and they share a candidate bucket: at most about
@@ -41,16 +66,26 @@
 //! its second bucket, a new key, a key whose policy was retired, a slot that changed owner under
 //! the decision) goes to one out-of-line path that looks the key up again in both buckets.
 //!
+//! # Batches
+//!
+//! A batch (`KeyedLimiter::check_batch`) takes its requests in groups of `GROUP`: every key of a
+//! group is hashed and the first line of its first bucket prefetched, then every first bucket
+//! is scanned (the group's misses overlap instead of each waiting for the one before), then each
+//! request is decided in order by the CAS loop above on the slot its scan found, which
+//! re-validates the key word: a request earlier in the group that inserted a key (and moved or
+//! evicted this one) sends it to the out-of-line path, as a single call would go. So a batch's
+//! decisions are those of single calls in slice order.
+//!
 //! # Insertion and eviction (the slow path, under the shard's lock)
 //!
-//! A new key is decided against a fresh state first; only if that admits something does it need a
-//! slot (a rejected or impossible request changes no state, so a flood of new keys that are refused
-//! writes nothing). Under the shard lock, re-scan (another thread may have inserted it), then take,
-//! in order: a free candidate slot; a candidate whose state is indistinguishable from a fresh key's
-//! (a *lossless reclaim*: no decision changes); and only when all sixteen are live, either the
-//! candidate whose loss grants the least extra capacity (the one closest to full: a *lossy
-//! eviction*) or, fail-closed, nothing (the request is refused; its `retry_after` says when a
-//! candidate becomes reclaimable). All three are counted.
+//! A new key is decided against a fresh state first. Under the shard lock, re-scan (another
+//! thread may have inserted it, or moved it); a request a fresh state refuses then returns
+//! (it changes no state: a flood of new keys that are refused writes no slot). Else take, in
+//! order: a free candidate slot; a candidate whose state is indistinguishable from a fresh key's
+//! (a *lossless reclaim*: no decision changes); a slot freed by relocation (above); and only when
+//! no path was found, either the candidate whose loss grants the least extra capacity (the one
+//! closest to full: a *lossy eviction*) or, fail-closed, nothing (the request is refused; its
+//! `retry_after` says when a candidate becomes reclaimable). All are counted.
 //!
 //! Replacing the occupant of a slot is three steps:
 //!
@@ -365,6 +400,12 @@ impl Table {
         other << bits | shard
     }
 
+    /// Slots in one shard.
+    #[inline]
+    fn shard_slots(&self) -> u64 {
+        self.buckets_per_shard * SLOTS_PER_BUCKET as u64
+    }
+
     /// The candidate buckets of the key hashed `hash` (for the loom models, which pick keys by
     /// where they live).
     #[cfg(ratewell_loom)]
@@ -561,7 +602,10 @@ impl Table {
         if let Some(choice) = reclaimable {
             return choice;
         }
-        if let Some((slot, moves)) = self.relocate(buckets) {
+        // A shard with no free slot has no path to one: a full table of live keys (a flood of
+        // new keys, each evicting one) pays no search.
+        let free = self.shards[place.shard].len.load(Ordering::Relaxed) < self.shard_slots();
+        if let Some((slot, moves)) = free.then(|| self.relocate(buckets)).flatten() {
             return Choice::Free { slot, moves };
         }
         match (self.on_full, victim) {
