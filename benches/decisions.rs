@@ -2,8 +2,9 @@
 //!
 //! Groups: `baseline` (TSC reads, an uncontended CAS, a TSC read plus a CAS); `direct` (every
 //! algorithm's allowed and denied paths next to governor's direct check); `keyed` (hits at 1k, 1M
-//! and 10M keys next to governor's keyed limiter and a dependent DRAM pointer chase over the same
-//! working set); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
+//! and 10M keys, single calls and batches over one request stream, with the TSC clock and the
+//! coarse clock, next to governor's keyed limiter on its default clock and on its upkeep clock,
+//! and a dependent DRAM pointer chase over the same bytes); `contention` (1 and 2 threads, or the counts in `RATEWELL_BENCH_THREADS`, on
 //! distinct keys in and out of cache, the in-cache keys again in a sparse table, and on one hot
 //! key, allowed and denied, and governor on the same distinct keys); `flood` (a new key into a
 //! full table, sliding log and one-word); `layered` (1k keys in cache: a layered limiter of one
@@ -19,8 +20,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter};
-use ratewell::{KeyedLimiter, Layer, LayerKey, LayeredDecision, LayeredLimiter, Limiter, Policy};
+use ratewell::{
+    CoarseClock, KeyedLimiter, Layer, LayerKey, LayeredDecision, LayeredLimiter, Limiter, Policy,
+};
 
 fn policy(text: &str) -> Policy {
     text.parse().unwrap()
@@ -147,21 +151,30 @@ fn pointer_chase(bytes: usize) -> Vec<u64> {
     next
 }
 
+/// Requests a `*_stream` benchmark generates and decides at a time (single calls one by one,
+/// the batch as one `check_batch`): the same keys, the same generator, the same per-request work.
+const STREAM: usize = 64;
+
 fn keyed(c: &mut Criterion) {
     let mut g = c.benchmark_group("keyed");
     g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+    // The coarse clocks of both limiters read quanta's recent time, kept by one upkeep thread:
+    // governor's (started here, for the run) and ratewell's `CoarseClock`, which shares it.
+    let upkeep = QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+        .expect("quanta's upkeep thread: no other may run in this process");
+    let coarse = CoarseClock::new(Duration::from_millis(1));
     // A table at 25% load has a free candidate slot for every key (free slots are taken before
     // reclaimable ones), so every key stays present: every lookup is a hit.
     let text = "token-bucket capacity=1000000000 rate=1/s";
     for n in [1_000u64, 1_000_000, 10_000_000] {
-        // Four slots a key: every key present (no eviction before ~26% load; see src/keyed/table.rs).
         let limiter = KeyedLimiter::<u64>::new(&policy(text), 4 * n as usize);
         for k in 0..n {
             limiter.check(&k);
         }
-        // (A handful may have been reclaimed or evicted: a lookup of one of them re-inserts it.)
+        // (A handful may have been reclaimed: a lookup of one of them re-inserts it.)
         let m = limiter.metrics();
-        assert!(m.keys >= n - n / 1000, "{m:?}");
+        assert!(m.keys >= n - n / 1000 && m.evictions == 0, "{m:?}");
+        eprintln!("keyed/{n}: {m:?}; {}", huge_pages());
         let mut keys = Keys { x: 1, n };
         g.bench_function(BenchmarkId::new("ratewell", n), |b| {
             b.iter(|| black_box(limiter.check(&keys.next())))
@@ -169,9 +182,48 @@ fn keyed(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("ratewell_allow", n), |b| {
             b.iter(|| black_box(limiter.allow(&keys.next())))
         });
+        // Single calls and batches over the same stream of requests, per decision.
+        let stream = |b: &mut criterion::Bencher, keys: &mut Keys, batched: bool| {
+            let mut out = Vec::with_capacity(STREAM);
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters.div_ceil(STREAM as u64) {
+                    let ks: [u64; STREAM] = std::array::from_fn(|_| keys.next());
+                    let requests: [(&u64, u32); STREAM] = std::array::from_fn(|i| (&ks[i], 1));
+                    if batched {
+                        limiter.check_batch(&requests, &mut out);
+                        black_box(&out);
+                    } else {
+                        for &(k, cost) in &requests {
+                            black_box(limiter.check_n(k, cost));
+                        }
+                    }
+                }
+                start
+                    .elapsed()
+                    .mul_f64(iters as f64 / (iters.div_ceil(STREAM as u64) * STREAM as u64) as f64)
+            })
+        };
+        g.bench_function(BenchmarkId::new("ratewell_stream_single", n), |b| {
+            stream(b, &mut keys, false)
+        });
+        g.bench_function(BenchmarkId::new("ratewell_stream_batch", n), |b| {
+            stream(b, &mut keys, true)
+        });
         let bytes = limiter.memory_bytes() as usize;
         drop(limiter);
 
+        let limiter =
+            KeyedLimiter::<u64, _>::with_clock(&policy(text), 4 * n as usize, coarse.clone());
+        for k in 0..n {
+            limiter.check(&k);
+        }
+        g.bench_function(BenchmarkId::new("ratewell_coarse", n), |b| {
+            b.iter(|| black_box(limiter.check(&keys.next())))
+        });
+        drop(limiter);
+
+        // On 4 KiB pages (a plain allocation: THP here is `madvise`; see benches/README.md).
         let chase = pointer_chase(bytes);
         let mut at = 0u64;
         g.bench_function(BenchmarkId::new("dram_chase", n), |b| {
@@ -182,17 +234,36 @@ fn keyed(c: &mut Criterion) {
         });
         drop(chase);
 
-        let governor =
-            RateLimiter::keyed(Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap()));
+        let quota = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+        let governor = RateLimiter::keyed(quota);
         for k in 0..n {
             let _ = governor.check_key(&k);
         }
-        let mut keys = Keys { x: 1, n };
         g.bench_function(BenchmarkId::new("governor", n), |b| {
+            b.iter(|| black_box(governor.check_key(&keys.next()).is_ok()))
+        });
+        drop(governor);
+        let governor = RateLimiter::dashmap_with_clock(quota, upkeep.clone());
+        for k in 0..n {
+            let _ = governor.check_key(&k);
+        }
+        g.bench_function(BenchmarkId::new("governor_upkeep", n), |b| {
             b.iter(|| black_box(governor.check_key(&keys.next()).is_ok()))
         });
     }
     g.finish();
+}
+
+/// This process's memory on transparent huge pages, from `/proc/self/smaps_rollup` (Linux).
+fn huge_pages() -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    let field = |name: &str| {
+        smaps
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or("?".to_string(), |l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+    };
+    format!("Rss {} KiB, AnonHugePages {} KiB", field("Rss:"), field("AnonHugePages:"))
 }
 
 /// `threads` threads each make `iters` decisions with `op(thread, i)`; the wall time.

@@ -33,19 +33,19 @@ pub(crate) const HUGE_PAGE: usize = 2 << 20;
 /// and no permission; with THP set to `never` the kernel ignores it, with `always` it is
 /// redundant.
 pub(crate) fn advise_huge_pages<T>(region: &mut [std::mem::MaybeUninit<T>]) -> bool {
-    let (from, to) = huge_pages_within(region.as_ptr() as usize, size_of_val(region));
+    let start = region.as_ptr().addr();
+    let (from, to) = huge_pages_within(start, size_of_val(region));
     if to <= from {
         return false;
     }
     #[cfg(all(target_os = "linux", not(miri)))]
     {
+        let at = region.as_mut_ptr().cast::<u8>().wrapping_add(from - start);
         // SAFETY: `[from, to)` is page-aligned and lies inside `region`, memory this process
         // owns (borrowed mutably, so no other value lives in it), so the advice concerns no
-        // other allocation; and
-        // MADV_HUGEPAGE only changes how the kernel backs those pages (their contents and
-        // permissions stay the same), so no Rust value can be affected.
-        let rc =
-            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
+        // other allocation; and MADV_HUGEPAGE only changes how the kernel backs those pages
+        // (their contents and permissions stay the same), so no Rust value can be affected.
+        let rc = unsafe { libc::madvise(at.cast(), to - from, libc::MADV_HUGEPAGE) };
         rc == 0
     }
     #[cfg(not(all(target_os = "linux", not(miri))))]

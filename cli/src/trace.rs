@@ -340,7 +340,7 @@ mod tests {
         // longer lines mixing them with digits and long numbers.
         let alphabet: &[u8] = b"09,a|\r-\xff ";
         let mut line = Vec::new();
-        let mut check = |line: &[u8]| {
+        let check = |line: &[u8]| {
             for lists in [false, true] {
                 assert_eq!(parse(line, lists), reference(line, lists), "{:?}", shown(line));
             }

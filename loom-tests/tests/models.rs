@@ -1,5 +1,5 @@
 //! loom models of every CAS protocol: the one-word loop of each algorithm, and the key table's
-//! insert, eviction, reclaim and reuse races.
+//! insert, eviction, reclaim, reuse and relocation races.
 //!
 //! Each model asserts. Each is also shown to fail on a deliberately broken protocol, compiled only
 //! for that purpose with `--cfg ratewell_broken="..."` (the variants of `src/broken/variants.txt`,
@@ -8,7 +8,7 @@
 //!
 //! | variant         | the break                                         | caught by |
 //! |-----------------|---------------------------------------------------|-----------|
-//! | `store`         | a plain store instead of the compare-exchange     | `one_word_*` (not the log), `keyed_one_key_concurrent_decisions`, `decision_racing_slot_reuse`, `reclaim_racing_decision`, `layered_*` |
+//! | `store`         | a plain store instead of the compare-exchange     | `one_word_*` (not the log), `keyed_one_key_concurrent_decisions`, `decision_racing_slot_reuse`, `move_racing_decision`, `reclaim_racing_decision`, `layered_*` |
 //! | `reject_writes` | a rejection writes back the state it read         | `one_word_*` (not the log), `rejection_racing_admission`, `layered_cancel_racing_a_request` |
 //! | `no_mask`       | stored states not masked per key (the "tag")      | `decision_racing_slot_reuse` |
 //! | `no_revalidate` | the key word not re-checked after loading a state | `decision_racing_slot_reuse`, `reclaim_racing_decision` |
