@@ -112,6 +112,13 @@
 //!   decider may then succeed, which is harmless (its decision is a decision for that key, on that
 //!   key's current state).
 //!
+//! One case is weaker: a decider that read the `0` a reset or a move leaves in a vacated slot,
+//! and is then delayed while the same key comes back to that very slot (re-inserted, or moved out
+//! and back), re-validates successfully and decides on that `0`. An admission it computes fails
+//! its exchange (the slot holds the key's real word) and is decided again; a rejection it computes
+//! is returned: a spurious rejection, with report fields from a garbage state. It never admits
+//! anything.
+//!
 //! Unlike a generation tag in the state word, masks cost the algorithms no state bits: the idle
 //! horizons of the direct limiter hold in the table too. The loom models in `loom-tests/` force the
 //! slot reuse and check both defences, and show that a table without them fails.
