@@ -5,17 +5,14 @@
 mod common;
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::Server;
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use ratewell::{Decision, Nanos, Policy};
 use ratewell_model::{Backend, Gap, Op, run_on, small_layer};
 use ratewell_redis::RedisLimiter;
-
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(Server::start)
-}
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -32,9 +29,9 @@ struct Redis {
 }
 
 impl Redis {
-    fn new(policy: &Policy, case: u64) -> Self {
+    fn new(server: &Server, policy: &Policy, case: u64) -> Self {
         let limiter = runtime().block_on(async {
-            RedisLimiter::builder(&server().url())
+            RedisLimiter::builder(&server.url())
                 .layer("m", policy)
                 .prefix(format!("model{case}:"))
                 .timeout(std::time::Duration::from_secs(5))
@@ -88,21 +85,23 @@ fn op() -> impl Strategy<Value = Op> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
-
-    #[test]
-    fn the_backend_decides_as_the_model(
-        kind in 0u8..8,
-        limit in 0u8..4,
-        variant in 0u8..4,
-        start_us in 0u64..10_000_000_000,
-        ops in prop::collection::vec(op(), 1..60),
-    ) {
-        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+#[test]
+fn the_backend_decides_as_the_model() {
+    // One server for every case, stopped when the test ends (a server held in a static would
+    // outlive the test process).
+    let server = Server::start();
+    let case = AtomicU64::new(0);
+    let scenarios =
+        (0u8..8, 0u8..4, 0u8..4, 0u64..10_000_000_000, prop::collection::vec(op(), 1..60));
+    let mut runner = TestRunner::new(ProptestConfig { cases: 96, ..ProptestConfig::default() });
+    let result = runner.run(&scenarios, |(kind, limit, variant, start_us, ops)| {
+        let case = case.fetch_add(1, Ordering::Relaxed);
         let (policy, model) = small_layer(kind, limit, variant, false);
-        let backend = Redis::new(&policy, case);
-        run_on("redis", backend, &policy, model, start_us * 1_000, &ops).map_err(TestCaseError::fail)?;
+        let backend = Redis::new(&server, &policy, case);
+        run_on("redis", backend, &policy, model, start_us * 1_000, &ops)
+            .map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
