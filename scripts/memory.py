@@ -1,59 +1,83 @@
 #!/usr/bin/env python3
-"""Peak RSS of `ratewell replay` over 10,000,000 distinct keys with a 1,000,000-key table.
+"""Peak RSS and time of `ratewell replay` runs whose traces hold more keys than `--capacity`.
 
-Streams the trace into the binary (nothing on disk) and reads the replay process's own high-water
-mark (VmHWM in /proc/PID/status) once all input is written, before the process exits (it waits for
-EOF on stdin), so the figure is the replay's alone. Reports the same for the same input through a
-1-key table (the fixed overhead: binary, runtime, I/O buffers, the copy of standard input it
-keeps for its eviction note) and the difference per key of capacity.
-Usage: python3 scripts/memory.py [path/to/ratewell]
+1. 10,000,000 distinct keys through a 1,000,000-key table (token bucket), against the same
+   command on a one-line trace: the difference per slot of capacity.
+2. 1,000,000 new keys in one second through a 10,000-key table (sliding log): end-to-end time
+   and peak RSS.
+
+Each trace is streamed into the binary through a pipe (nothing on disk), and each figure is the
+whole process's, from start to exit (`wait4`'s `ru_maxrss`; time from spawn to exit), the eviction
+note included. With `--find-capacity` as the first argument, the runs add that flag.
+Usage: python3 scripts/memory.py [--find-capacity] [path/to/ratewell]
 """
 
+import os
 import subprocess
 import sys
+import threading
+import time
 
-BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/ratewell"
-KEYS = 10_000_000
-CAPACITY = 1_000_000
-POLICY = "token-bucket capacity=10 rate=1/s"
-
-
-def vm_hwm_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmHWM")
+ARGS = [a for a in sys.argv[1:] if a != "--find-capacity"]
+EXTRA = ["--find-capacity"] if "--find-capacity" in sys.argv[1:] else []
+BIN = ARGS[0] if ARGS else "target/release/ratewell"
 
 
-def peak_rss_kib(capacity: int, keys: int) -> int:
-    proc = subprocess.Popen(
-        [BIN, "replay", "--policy", POLICY, "--capacity", str(capacity)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-    )
+def lines(keys: int, span_ns: int):
+    """`keys` requests, each a new key, spread evenly over `span_ns`."""
+    step = max(span_ns // max(keys, 1), 1)
     chunk = []
     for i in range(keys):
-        chunk.append(f"{i},k{i:x}\n")
+        chunk.append(f"{i * step},k{i:x}\n")
         if len(chunk) == 100_000:
-            proc.stdin.write("".join(chunk).encode())
+            yield "".join(chunk).encode()
             chunk.clear()
-    proc.stdin.write("".join(chunk).encode())
-    proc.stdin.flush()
-    # Every line but the last few buffered ones has been decided; the table is as full as it gets.
-    peak = vm_hwm_kib(proc.pid)
+    if chunk:
+        yield "".join(chunk).encode()
+
+
+def run(policy: str, capacity: int, keys: int, span_ns: int):
+    """(peak RSS in KiB, seconds, stderr) of one replay."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [BIN, "replay", "--policy", policy, "--capacity", str(capacity), *EXTRA],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()))
+    reader.start()
+    for chunk in lines(keys, span_ns):
+        proc.stdin.write(chunk)
     proc.stdin.close()
-    assert proc.wait() == 0
-    return peak
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.monotonic() - start
+    reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, err
+    return usage.ru_maxrss, elapsed, err[0].decode().strip()
 
 
 def main() -> None:
-    base = peak_rss_kib(1, KEYS)
-    full = peak_rss_kib(CAPACITY, KEYS)
-    per_key = (full - base) * 1024 / CAPACITY
-    print(f"fixed overhead (1-key table): {base} KiB")
-    print(f"peak RSS, {KEYS:,} distinct keys, capacity {CAPACITY:,}: {full} KiB")
-    print(f"per key of capacity: {per_key:.2f} bytes")
+    bucket = "token-bucket capacity=10 rate=1/s"
+    capacity, keys = 1_000_000, 10_000_000
+    base, _, _ = run(bucket, capacity, 1, 1)
+    tiny, _, _ = run(bucket, 1, 1, 1)
+    full, secs, note = run(bucket, capacity, keys, 10_000_000_000)
+    print(f"one-line trace, capacity {capacity:,}: peak RSS {base} KiB")
+    print(f"one-line trace, capacity 1: peak RSS {tiny} KiB")
+    print(f"{keys:,} distinct keys, capacity {capacity:,}: peak RSS {full} KiB, {secs:.2f} s")
+    print(f"  above the one-line trace at capacity {capacity:,}, per slot: "
+          f"{(full - base) * 1024 / capacity:.2f} bytes")
+    print(f"  above the one-line trace at capacity 1, per slot: "
+          f"{(full - tiny) * 1024 / capacity:.2f} bytes")
+    print(f"  stderr: {note}")
+
+    log = "sliding-log limit=10 window=1s"
+    rss, secs, note = run(log, 10_000, 1_000_000, 1_000_000_000)
+    print(f"1,000,000 new keys in 1 s, {log}, capacity 10,000: {secs:.2f} s, peak RSS {rss} KiB")
+    print(f"  stderr: {note}")
 
 
 if __name__ == "__main__":

@@ -46,10 +46,14 @@ pub(crate) struct Args {
     /// The key the chart shows (limits are per key); default: the key with the most requests.
     #[arg(long)]
     key: Option<String>,
-    /// Keys each policy's table holds (see `replay --capacity`; evictions of live keys are
-    /// reported on stderr with the capacity that would have avoided them).
+    /// Keys each policy's table holds, and never more (see `replay --capacity`; evictions of live
+    /// keys are reported on stderr).
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     capacity: usize,
+    /// When a policy evicted live keys, replay the trace again through it at doubling capacities
+    /// to name the smallest that evicts none (see `replay --find-capacity`).
+    #[arg(long)]
+    find_capacity: bool,
 }
 
 /// One policy being compared.
@@ -432,7 +436,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         (Box::new(file), meta.is_file().then_some(meta.len()))
     };
     let regular = size.is_some();
-    let tee = Tee::new_if(input, !regular);
+    let tee = Tee::new_if(input, !regular && args.find_capacity);
     let mut reader = Reader::new(BufReader::with_capacity(1 << 16, tee));
     let mut progress = FileProgress::new("compare", size, PROGRESS_BYTES);
     let (mut requests, mut end, mut unit_costs) = (0u64, 0u64, true);
@@ -465,19 +469,20 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         if evictions == 0 {
             continue;
         }
-        let avoiding = match again {
+        let search = match again {
+            _ if !args.find_capacity => spool::Search::NotAsked,
             Some(trace) => {
                 let mut check = |l: &KeyedLimiter<u32, ManualClock>, key: &[u8], cost: u32| {
                     if let Some(id) = keys.find(key) {
                         l.check_n(&id, cost);
                     }
                 };
-                Some(spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?)
+                spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?
             }
-            None => None,
+            None => spool::Search::Unreadable,
         };
         let what = format!("compare: {}: ", run.entry.policy);
-        eprintln!("{}", spool::eviction_note(&what, evictions, run.limiter.capacity(), avoiding));
+        eprintln!("{}", spool::eviction_note(&what, evictions, run.limiter.capacity(), search));
     }
 
     if let Some((key, width, _)) = chart_plan {

@@ -35,12 +35,18 @@ pub(crate) struct Args {
     /// rejected (separated by `|`).
     #[arg(long, value_enum, default_value_t = Format::Contract)]
     format: Format,
-    /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front). Beyond it,
-    /// keys whose state is back to fresh are reclaimed without changing any decision; only if all
-    /// of a new key's candidate slots are live is one evicted, which stderr reports with the
-    /// capacity that would have avoided it.
+    /// Keys the limiter's table holds (memory: 16 bytes a key, allocated up front, and never more
+    /// than this). Beyond it, keys whose state is back to fresh are reclaimed without changing any
+    /// decision; only if all of a new key's candidate slots are live is one evicted, which stderr
+    /// reports.
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
     capacity: usize,
+    /// When live keys were evicted, replay the trace again at doubling capacities (2, 4, 8, ...
+    /// times `--capacity`, up to the larger of 2^28 keys and 8 times `--capacity`) and name the
+    /// smallest that evicts none. Each try allocates its table: up to 16 bytes a key of it.
+    /// One policy only.
+    #[arg(long)]
+    find_capacity: bool,
     /// Decide every line in a Redis (or Valkey) server instead of in process:
     /// `redis://HOST:PORT[/DB]`. The trace's times are passed in (they must be whole
     /// microseconds, the backend's resolution), the output is what the in-process replay prints,
@@ -88,6 +94,11 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     if let Some(url) = &args.backend {
         return replay_redis(url, &policies, path, output);
     }
+    if args.find_capacity && layered {
+        return Err("--find-capacity searches the capacity of one policy: give one --policy \
+                    (and no dry run)"
+            .into());
+    }
     if layered {
         let layers = policies
             .iter()
@@ -120,7 +131,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
             Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
         };
-        replay_trace(path, output, ahead, decide)?;
+        replay_trace(path, output, false, ahead, decide)?;
         for i in 0..n {
             let m = limiter.metrics(i).expect("a layer of the limiter");
             if m.evictions > 0 {
@@ -130,7 +141,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 };
                 eprintln!(
                     "layer {}: live keys were evicted {times} (--capacity {}): the decisions may \
-                     differ from an unbounded table's; a larger --capacity avoids it",
+                     differ from an unbounded table's; a larger --capacity avoids it \
+                     (--find-capacity, with one policy, finds one)",
                     i + 1,
                     m.capacity
                 );
@@ -155,20 +167,21 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         let decision = limiter.check_prehashed(token, cost);
         Ok(Decided { decision, layer: None, would: String::new() })
     };
-    let copy = replay_trace(path, output, ahead, decide)?;
+    let copy = replay_trace(path, output, args.find_capacity, ahead, decide)?;
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
         let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
-        let avoiding = match again {
+        let search = match again {
+            _ if !args.find_capacity => spool::Search::NotAsked,
             Some(trace) => {
                 let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
                     l.check_n(key, cost);
                 };
-                Some(spool::avoiding_capacity(policy, trace, args.capacity, &mut check)?)
+                spool::avoiding_capacity(policy, trace, args.capacity, &mut check)?
             }
-            None => None,
+            None => spool::Search::Unreadable,
         };
-        eprintln!("{}", spool::eviction_note("", evictions, limiter.capacity(), avoiding));
+        eprintln!("{}", spool::eviction_note("", evictions, limiter.capacity(), search));
     }
     Ok(())
 }
@@ -220,7 +233,7 @@ fn replay_redis(
         let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
         Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
     };
-    let result = replay_trace(path, output, |_: &[u8]| {}, decide).map(drop);
+    let result = replay_trace(path, output, false, |_: &[u8]| {}, decide).map(drop);
     let cleared = runtime.block_on(limiter.delete_keys());
     result?;
     cleared.map_err(|e| format!("--backend {url}: deleting the replay's keys: {e}"))?;
@@ -235,12 +248,13 @@ struct Decided {
     would: String,
 }
 
-/// Replay the trace at `path` (standard input if `None`, kept in a temporary copy, returned, to
-/// be read again should live keys be evicted) through `decide`, printing to standard output;
-/// `ahead` is called on each key a little before `decide` (see [`replay`]).
+/// Replay the trace at `path` (standard input if `None`, kept in a temporary copy if `keep`,
+/// returned, to be read again should live keys be evicted) through `decide`, printing to standard
+/// output; `ahead` is called on each key a little before `decide` (see [`replay`]).
 fn replay_trace<T: Copy>(
     path: Option<&PathBuf>,
     output: Output,
+    keep: bool,
     ahead: impl FnMut(&[u8]) -> T,
     decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<Decided, Failure>,
 ) -> Result<Option<TempFile>, String> {
@@ -257,9 +271,11 @@ fn replay_trace<T: Copy>(
         }
         None => {
             let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
-            let mut reader =
-                Reader::new(BufReader::with_capacity(1 << 16, Tee::new(io::stdin().lock())))
-                    .with_key_lists();
+            let mut reader = Reader::new(BufReader::with_capacity(
+                1 << 16,
+                Tee::new_if(io::stdin().lock(), keep),
+            ))
+            .with_key_lists();
             let result = replay(&mut reader, &mut out, output, progress, ahead, decide);
             (result, reader.into_inner().into_inner().finish())
         }

@@ -1,6 +1,6 @@
-//! Reading a trace again: standard input is copied to a temporary file as it is read, so that a
-//! replay that evicted live keys can replay the trace once more to find the capacity that would
-//! not have.
+//! Reading a trace again: with `--find-capacity`, standard input is copied to a temporary file as
+//! it is read, so that a replay that evicted live keys can replay the trace once more to find the
+//! capacity that would not have.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -37,10 +37,6 @@ pub(crate) struct Tee<R> {
 }
 
 impl<R: Read> Tee<R> {
-    pub(crate) fn new(inner: R) -> Self {
-        Self::new_if(inner, true)
-    }
-
     /// `inner`, copied only if `copy` (a regular file can be read again as it is).
     pub(crate) fn new_if(inner: R, copy: bool) -> Self {
         let path =
@@ -105,43 +101,57 @@ fn evicts<K: std::hash::Hash + ?Sized>(
 /// as it is filled.
 const SEARCH_MAX: usize = 1 << 28;
 
+/// What the eviction note advises.
+pub(crate) enum Search {
+    /// `--find-capacity` was not given: the note names it.
+    NotAsked,
+    /// The smallest capacity tried that evicts no live key.
+    Found(usize),
+    /// No capacity up to this many keys avoids it (or could be allocated).
+    NoneUpTo(usize),
+    /// Standard input could not be kept to be read again.
+    Unreadable,
+}
+
 /// The smallest of `2c, 4c, 8c, ...` (from the capacity `c` that evicted) at which a replay of
-/// `path` evicts no live key; `Err(max)` if none up to `max` keys does (or can be allocated).
+/// `path` evicts no live key; [`Search::NoneUpTo`] if none up to `max` keys does (or can be
+/// allocated).
 pub(crate) fn avoiding_capacity<K: std::hash::Hash + ?Sized>(
     policy: &Policy,
     path: &Path,
     capacity: usize,
     check: &mut Check<'_, K>,
-) -> Result<Result<usize, usize>, String> {
+) -> Result<Search, String> {
     let max =
         SEARCH_MAX.max(capacity.saturating_mul(8)).min(KeyedLimiter::<K>::MAX_CAPACITY as usize);
     let mut c = capacity.max(1);
     loop {
         c = match c.checked_mul(2) {
             Some(c) if c <= max => c,
-            _ => return Ok(Err(c.min(max))),
+            _ => return Ok(Search::NoneUpTo(c.min(max))),
         };
         match evicts(policy, path, c, check)? {
             Some(true) => continue,
-            Some(false) => return Ok(Ok(c)),
-            None => return Ok(Err(c / 2)),
+            Some(false) => return Ok(Search::Found(c)),
+            None => return Ok(Search::NoneUpTo(c / 2)),
         }
     }
 }
 
 /// The stderr note for `evictions` live keys evicted from a table of `capacity` keys.
-pub(crate) fn eviction_note(
-    what: &str,
-    evictions: u64,
-    capacity: u64,
-    avoiding: Option<Result<usize, usize>>,
-) -> String {
+pub(crate) fn eviction_note(what: &str, evictions: u64, capacity: u64, search: Search) -> String {
     let times = if evictions == 1 { "once" } else { "times" };
     let count = if evictions == 1 { String::new() } else { format!("{evictions} ") };
-    let advice = match avoiding {
-        Some(Ok(c)) => format!("--capacity {c} avoids it"),
-        Some(Err(max)) => format!("no --capacity up to {max} avoids it"),
-        None => "the trace could not be read again to find the capacity that avoids it".into(),
+    let advice = match search {
+        Search::NotAsked => {
+            "a larger --capacity avoids it (--find-capacity replays the trace again to find one)"
+                .into()
+        }
+        Search::Found(c) => format!("--capacity {c} avoids it"),
+        Search::NoneUpTo(max) => format!("no --capacity up to {max} avoids it"),
+        Search::Unreadable => {
+            "the trace could not be read again to find the capacity that avoids it".into()
+        }
     };
     format!(
         "ratewell: {what}live keys were evicted {count}{times} from a table of {capacity} keys, \

@@ -14,9 +14,17 @@ fn trace(lines: u64, keys: u64) -> String {
 fn replay_under_table_pressure_is_reproducible_and_says_so() {
     let input = trace(40_000, 9_000);
     let policy = "token-bucket capacity=1 rate=1/h";
-    let args = ["replay", "--policy", policy, "--capacity", "1000"];
+    // Without --find-capacity: the note counts the evictions and names the flag, and the trace
+    // is read once.
+    let plain = ratewell(&["replay", "--policy", policy, "--capacity", "1000"], &input);
+    assert_eq!(plain.code, Some(0), "{}", plain.err);
+    assert!(plain.err.contains("times from a table of 1000 keys"), "{}", plain.err);
+    assert!(plain.err.contains("--find-capacity"), "{}", plain.err);
+    assert!(!plain.err.contains("avoids it (--capacity"), "{}", plain.err);
+    let args = ["replay", "--policy", policy, "--capacity", "1000", "--find-capacity"];
     let first = ratewell(&args, &input);
     assert_eq!(first.code, Some(0), "{}", first.err);
+    assert_eq!(first.out, plain.out, "the search changes no decision");
     // Live keys were evicted: stderr says how many and which capacity avoids it.
     assert!(first.err.contains("live keys were evicted"), "{}", first.err);
     assert!(first.err.contains("times from a table of 1000 keys"), "{}", first.err);
@@ -40,25 +48,31 @@ fn replay_under_table_pressure_is_reproducible_and_says_so() {
     let dir = scratch("pressure");
     let file = dir.join("t.csv");
     std::fs::write(&file, &input).unwrap();
-    let from_file =
-        ratewell(&["replay", "--policy", policy, "--capacity", "1000", file.to_str().unwrap()], "");
+    let from_file = ratewell(&[&args[..], &[file.to_str().unwrap()]].concat(), "");
     assert_eq!((from_file.out, from_file.err), (first.out.clone(), first.err.clone()));
-    let dash = ratewell(&["replay", "--policy", policy, "--capacity", "1000", "-"], &input);
-    assert_eq!(dash.out, first.out);
+    let dash = ratewell(&[&args[..], &["-"]].concat(), &input);
+    assert_eq!((dash.out, dash.err), (first.out, first.err));
+    // A layered replay has no search: the flag is refused, not ignored.
+    let layered = ratewell(&[&args[..], &["--policy", policy]].concat(), &input);
+    assert_eq!(layered.code, Some(2), "{}", layered.err);
+    assert!(layered.err.contains("--find-capacity"), "{}", layered.err);
 }
 
 #[test]
 fn compare_reads_a_pipe_and_is_reproducible_under_pressure() {
     let input = trace(20_000, 9_000);
-    let args = ["compare", "-", "--limit", "1/h", "--capacity", "1000"];
+    let plain = ratewell(&["compare", "-", "--limit", "1/h", "--capacity", "1000"], &input);
+    assert_eq!(plain.code, Some(0), "{}", plain.err);
+    assert!(plain.err.contains("live keys were evicted"), "{}", plain.err);
+    assert!(plain.err.contains("--find-capacity"), "{}", plain.err);
+    let args = ["compare", "-", "--limit", "1/h", "--capacity", "1000", "--find-capacity"];
     let first = ratewell(&args, &input);
     assert_eq!(first.code, Some(0), "{}", first.err);
+    assert_eq!(first.out, plain.out);
     assert!(first.out.contains("20000 requests from 9000 keys"), "{}", first.out);
-    assert!(
-        first.err.contains("live keys were evicted") && first.err.contains("avoids it"),
-        "{}",
-        first.err
-    );
+    let advice = first.err.split("--capacity ").nth(1).expect("a capacity to use");
+    let capacity: u64 = advice.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(capacity > 1000, "{}", first.err);
     let again = ratewell(&args, &input);
     assert_eq!((again.out, again.err), (first.out, first.err));
 }
