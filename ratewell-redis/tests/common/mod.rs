@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The one line a machine without Redis gets, instead of a test that passes silently.
-pub const HOW_TO_GET_REDIS: &str = "redis-server not found on PATH: install it \
-    (Debian/Ubuntu: `apt-get install redis-server`) and run the tests again";
+pub const HOW_TO_GET_REDIS: &str = "redis-server not found on PATH: run the tests with \
+    `scripts/test`, which installs it where a package manager can, or install it yourself \
+    (Debian/Ubuntu: `apt-get install redis-server`) and run them again";
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("a loopback port").local_addr().unwrap().port()
