@@ -43,7 +43,8 @@ pub(crate) struct Shared<C: Clock> {
     pub(crate) impossible_status: StatusCode,
     pub(crate) admitted_headers: bool,
     /// No admitted response needs a decision's report (no headers, no dry run, no delay): an
-    /// admission is decided by `allow`, and only a rejection is reported (by a peek).
+    /// admission is decided by `allow`, and a request `allow` rejected is decided again, with
+    /// its report, by `check_into` (see [`Shared::decide_reported`]).
     pub(crate) lean: bool,
     pub(crate) dry_run: bool,
     /// The `RateLimit-Policy` value, the same on every response.
@@ -275,7 +276,14 @@ impl<C: Clock> Shared<C> {
     }
 
     /// A decision whose report is needed: for the headers, a dry run, a delay, or (on the lean
-    /// path, where nothing was charged) a rejection.
+    /// path) a request `allow` rejected.
+    ///
+    /// On the lean path the request is decided again by `check_into`, never reported from a
+    /// peek: between `allow` and a peek, other requests and the clock move the key's state, and
+    /// a peek can then find room (a refill, a refund) that the 429 would report as a wait of
+    /// nothing. `allow`'s rejection charged nothing, so deciding again is deciding the request
+    /// once, at the later instant: admitted, it passes; rejected, its `Retry-After` and fields
+    /// are that rejection's own.
     #[inline(never)]
     fn decide_reported(
         &self,
@@ -284,12 +292,6 @@ impl<C: Clock> Shared<C> {
         request: &HeaderMap,
     ) -> Verdict<C> {
         let n = keys.len();
-        if self.lean {
-            // `allow` rejected and charged nothing: the state as it is now is the rejection's.
-            let decision = self.limiter.peek(keys, cost).unwrap_or_default();
-            self.count(&decision, n);
-            return Verdict::Respond(Box::new(self.rejection(&decision, request)));
-        }
         let mut reservation = None;
         let mut decision = LayeredDecision::default();
         // With no layer that delays, a plain check; else a reservation, refunded if the
