@@ -54,9 +54,8 @@ fn push_integer(mut n: u64, out: &mut String) {
             break;
         }
     }
-    for &d in &digits[i..] {
-        out.push(char::from(d));
-    }
+    // One append, not one per digit: every byte is an ASCII digit.
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 impl Decision {

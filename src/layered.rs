@@ -463,6 +463,11 @@ impl<C: Clock> LayeredLimiter<C> {
         let keys = self.keys(keys)?;
         let now = self.floor.now(&self.clock);
         let cost = cost.max(1);
+        if let [layer] = &*self.layers {
+            // One layer: its admission is never taken back, so it needs no receipt.
+            let Some(hash) = self.hash(0, keys) else { return Ok(true) };
+            return Ok(layer.table.allow_hashed(hash, now, cost) || layer.policy.is_dry_run());
+        }
         let mut receipts = Receipts::default();
         for (i, layer) in self.layers.iter().enumerate() {
             let Some(hash) = self.hash(i, keys) else { continue };

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use bytes::Bytes;
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -122,8 +122,10 @@ fn key(spec: &str) -> Result<Key, String> {
         "path" => Key::path(),
         "global" => Key::global(),
         _ => match spec.strip_prefix("header=") {
-            Some(name) if HeaderName::from_bytes(name.as_bytes()).is_ok() => Key::header(name),
-            _ => {
+            Some(name) => {
+                Key::try_header(name).map_err(|e| format!("key {spec:?}: {name:?}: {e}"))?
+            }
+            None => {
                 return Err(format!(
                     "unknown key {spec:?} (ip, header=NAME, bearer, path, global)"
                 ));

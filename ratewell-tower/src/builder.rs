@@ -1,8 +1,9 @@
 //! Building a [`RateLimitLayer`]: the limits, their keys, and what a rejection looks like.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{Extensions, HeaderValue, StatusCode};
@@ -173,6 +174,24 @@ fn default_peer(extensions: &Extensions) -> Option<IpAddr> {
         .or_else(|| extensions.get::<IpAddr>().copied())
 }
 
+/// The `RateLimit-Policy` value `field`, kept for the life of the process, once per distinct
+/// value: every response clones it, and a clone of a static value is a copy of its pointer,
+/// where a clone of a shared one is an atomic increment (and its drop a decrement) on a line
+/// every thread writes. Layers rebuilt with the same limits reuse the value kept.
+fn interned(field: String) -> &'static HeaderValue {
+    static KEPT: Mutex<BTreeMap<String, &'static HeaderValue>> = Mutex::new(BTreeMap::new());
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(value) = kept.get(&field) {
+        return value;
+    }
+    let text: &'static str = Box::leak(field.clone().into_boxed_str());
+    let value = HeaderValue::from_maybe_shared(Bytes::from_static(text.as_bytes()))
+        .expect("a RateLimit-Policy field is printable ASCII");
+    let value: &'static HeaderValue = Box::leak(Box::new(value));
+    kept.insert(field, value);
+    value
+}
+
 impl Builder<QuantaClock> {
     pub(crate) fn new() -> Self {
         Builder {
@@ -318,15 +337,20 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
         }
         let limiter = LayeredLimiter::with_clock(layers, self.clock).map_err(BuildError::Layers)?;
         let delays = (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::delays));
-        let policy_field =
-            HeaderValue::from_maybe_shared(Bytes::from(limiter.ratelimit_policy_field()))
-                .expect("a RateLimit-Policy field is printable ASCII");
+        let policy_field = interned(limiter.ratelimit_policy_field());
         let needs_client = self.limits.iter().any(|l| l.key.needs_client_ip());
         let any_dry_run =
             (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::is_dry_run));
         let lean = !self.admitted_headers && !self.dry_run && !delays && !any_dry_run;
+        let global_hashes = crate::service::global_hashes(&limiter);
+        let direct_ip = matches!(&*self.limits, [limit] if limit.key.is_client_ip()
+            && limit.absent == Absent::Skip)
+            && self.cost.is_none()
+            && !self.trusted.any();
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
+                global_hashes,
+                direct_ip,
                 limiter: Arc::new(limiter),
                 keys: self.limits.iter().map(|l| (l.key.clone(), l.absent)).collect(),
                 required: (0..self.limits.len())

@@ -114,12 +114,27 @@ impl TrustedProxies {
         self.nets.iter().any(|net| net.contains(&ip))
     }
 
-    fn header_name(&self) -> HeaderName {
-        const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+    /// The header's name, borrowed: a custom name made on each call is a `Bytes` to make and
+    /// drop on every request.
+    fn header_name(&self) -> &'static HeaderName {
+        static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+        static FORWARDED_NAME: HeaderName = FORWARDED;
         match self.header {
-            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
-            ForwardedHeader::Forwarded => FORWARDED,
+            ForwardedHeader::XForwardedFor => &X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => &FORWARDED_NAME,
         }
+    }
+
+    /// Whether any proxy is trusted.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        !self.nets.is_empty()
+    }
+
+    /// Whether `headers` carry the forwarding header.
+    #[inline]
+    pub(crate) fn sent_by(&self, headers: &HeaderMap) -> bool {
+        headers.contains_key(self.header_name())
     }
 
     /// The client of a request from `peer` with these headers.
@@ -140,7 +155,7 @@ impl TrustedProxies {
     fn resolve_trusted(&self, peer: IpAddr, headers: &HeaderMap) -> Resolved {
         let name = self.header_name();
         if !self.contains(peer) {
-            return if headers.contains_key(&name) {
+            return if headers.contains_key(name) {
                 Resolved::Untrusted(peer)
             } else {
                 Resolved::Peer(peer)
@@ -148,7 +163,7 @@ impl TrustedProxies {
         }
         let mut bytes = 0usize;
         let mut lines = 0usize;
-        for value in headers.get_all(&name) {
+        for value in headers.get_all(name) {
             bytes = bytes.saturating_add(value.len());
             lines += 1;
         }
@@ -159,8 +174,8 @@ impl TrustedProxies {
             return Resolved::Malformed(peer);
         }
         let found = match self.header {
-            ForwardedHeader::XForwardedFor => self.walk_x_forwarded_for(headers, &name),
-            ForwardedHeader::Forwarded => self.walk_forwarded(headers, &name),
+            ForwardedHeader::XForwardedFor => self.walk_x_forwarded_for(headers, name),
+            ForwardedHeader::Forwarded => self.walk_forwarded(headers, name),
         };
         match found {
             Some(ip) => Resolved::Forwarded(ip),

@@ -68,9 +68,26 @@ impl Key {
     ///
     /// # Panics
     ///
-    /// If `name` is not a valid header name (a programming error, like a bad literal).
+    /// If `name` is not a valid header name (a programming error, like a bad literal); a name
+    /// that comes from configuration goes through [`Key::try_header`].
     pub fn header(name: &str) -> Self {
-        Key(KeyKind::Header(HeaderName::from_bytes(name.as_bytes()).expect("a valid header name")))
+        Key::try_header(name).expect("a valid header name")
+    }
+
+    /// [`Key::header`], or the error for a name that is not a valid header name (empty, or with
+    /// a character RFC 9110 does not allow in a field name, such as a space or a colon).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell_tower::Key;
+    ///
+    /// assert!(Key::try_header("x-api-key").is_ok());
+    /// assert!(Key::try_header("x api key").is_err());
+    /// assert!(Key::try_header("").is_err());
+    /// ```
+    pub fn try_header(name: &str) -> Result<Self, http::header::InvalidHeaderName> {
+        HeaderName::from_bytes(name.as_bytes()).map(|name| Key(KeyKind::Header(name)))
     }
 
     /// The token of `Authorization: Bearer <token>` (the scheme in any case); absent for any other
@@ -97,6 +114,18 @@ impl Key {
         Key(KeyKind::Fn(Arc::new(f)))
     }
 
+    /// What [`Key::global`] keys every request by.
+    pub(crate) const GLOBAL_VALUE: KeyValue<'static> = KeyValue::U64(0);
+
+    pub(crate) fn is_client_ip(&self) -> bool {
+        matches!(self.0, KeyKind::ClientIp)
+    }
+
+    #[inline]
+    pub(crate) fn is_global(&self) -> bool {
+        matches!(self.0, KeyKind::Global)
+    }
+
     pub(crate) fn needs_client_ip(&self) -> bool {
         matches!(self.0, KeyKind::ClientIp | KeyKind::Fn(_))
     }
@@ -113,7 +142,7 @@ impl Key {
                 bearer(cx.headers.get(AUTHORIZATION)?.as_bytes()).map(KeyValue::Bytes)
             }
             KeyKind::Path => Some(KeyValue::Bytes(cx.uri.path().as_bytes())),
-            KeyKind::Global => Some(KeyValue::U64(0)),
+            KeyKind::Global => Some(Key::GLOBAL_VALUE),
             KeyKind::Fn(f) => f(cx),
         }
     }

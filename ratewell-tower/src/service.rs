@@ -1,6 +1,6 @@
 //! The layer, its service, and the future of one request.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
@@ -19,7 +18,7 @@ use tower::{Layer, Service};
 use crate::body::ResponseBody;
 use crate::builder::{Absent, Builder, CostFn, PeerFn};
 use crate::client_ip::{Resolved, TrustedProxies};
-use crate::key::{Client, Key, KeyContext};
+use crate::key::{Client, Key, KeyContext, KeyValue};
 use crate::metrics::{self, Counters, LayerCounter, Metrics};
 use crate::response;
 
@@ -47,8 +46,14 @@ pub(crate) struct Shared<C: Clock> {
     /// its report, by `check_into` (see [`Shared::decide_reported`]).
     pub(crate) lean: bool,
     pub(crate) dry_run: bool,
+    /// One limit, keyed by [`Key::client_ip`], no trusted proxy, no cost function, no required
+    /// key: [`Shared::decide_client_ip`] decides.
+    pub(crate) direct_ip: bool,
     /// The `RateLimit-Policy` value, the same on every response.
-    pub(crate) policy_field: HeaderValue,
+    pub(crate) policy_field: &'static HeaderValue,
+    /// Per layer, the hash of [`Key::global`]'s one key in that layer's table (the same on
+    /// every request: hashed once, when the layer is built).
+    pub(crate) global_hashes: [u64; MAX_LAYERS],
     pub(crate) counters: Counters,
 }
 
@@ -157,6 +162,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self.shared.decide(&request) {
             Verdict::Pass(headers) => {
@@ -189,8 +195,10 @@ where
     }
 }
 
-/// The `RateLimit-Policy` and `RateLimit` values for an admitted response.
-pub(crate) type Fields = Option<Box<(HeaderValue, Option<HeaderValue>)>>;
+/// The `RateLimit-Policy` and `RateLimit` values for an admitted response, boxed: a future that
+/// carries them inline is 40 bytes larger, and every request (with or without the fields) moves
+/// its future.
+pub(crate) type Fields = Option<Box<(&'static HeaderValue, Option<HeaderValue>)>>;
 
 enum Verdict<C: Clock> {
     Pass(Fields),
@@ -213,6 +221,14 @@ impl<C: Clock> Shared<C> {
             self.counters.add(metrics::MISSING_PEER);
             return None;
         };
+        if !self.trusted.any() {
+            // No proxy is trusted: the peer is the client, and a forwarding header is counted.
+            let ip = peer.to_canonical();
+            if self.trusted.sent_by(request.headers()) {
+                self.counters.add(metrics::FORWARDED_UNTRUSTED);
+            }
+            return Some(Client { ip, network: self.prefixes.key(ip) });
+        }
         let ip = match self.trusted.resolve(peer, request.headers()) {
             Resolved::Untrusted(ip) => {
                 self.counters.add(metrics::FORWARDED_UNTRUSTED);
@@ -229,6 +245,31 @@ impl<C: Clock> Shared<C> {
 
     #[inline]
     fn decide<B>(&self, request: &Request<B>) -> Verdict<C> {
+        if self.direct_ip {
+            return self.decide_client_ip(request);
+        }
+        self.decide_any(request)
+    }
+
+    /// [`decide`](Self::decide) for the common configuration of one limit keyed by the client's
+    /// address, with no trusted proxy, no cost function and no required key: the peer's network
+    /// is the key, with no key context to build. A request without a peer address takes the
+    /// general path (which counts it and skips the limit).
+    #[inline]
+    fn decide_client_ip<B>(&self, request: &Request<B>) -> Verdict<C> {
+        let Some(peer) = (self.peer)(request.extensions()) else {
+            return self.decide_any(request);
+        };
+        let headers = request.headers();
+        if self.trusted.sent_by(headers) {
+            self.counters.add(metrics::FORWARDED_UNTRUSTED);
+        }
+        let network = ClientNetwork(self.prefixes.key(peer.to_canonical()));
+        self.decide_keys(&[&network], 1, &Cell::new(0), headers)
+    }
+
+    #[inline]
+    fn decide_any<B>(&self, request: &Request<B>) -> Verdict<C> {
         let client = if self.needs_client { self.client(request) } else { None };
         let cx = KeyContext::new(request, client.as_ref());
         if !self.required.is_empty() {
@@ -236,19 +277,37 @@ impl<C: Clock> Shared<C> {
                 return Verdict::Respond(response);
             }
         }
-        let n = self.keys.len();
+        let cost = self.cost.as_ref().map_or(1, |f| f(cx));
         // Each layer's key is extracted when the layer hashes it: no key is copied out of the
         // request, and a layer after a rejecting one may never extract its own.
         let absent = Cell::new(0u8);
+        if let [(key, _)] = &*self.keys {
+            // One limit (the common case): one key, without the arrays sized for eight.
+            let lazy =
+                LazyKey { key, cx: &cx, absent: &absent, bit: 1, global: self.global_hashes[0] };
+            return self.decide_keys(&[&lazy], cost, &absent, request.headers());
+        }
+        let n = self.keys.len();
         let lazy: [LazyKey<'_, '_>; MAX_LAYERS] = std::array::from_fn(|i| LazyKey {
             key: &self.keys[i.min(n - 1)].0,
             cx: &cx,
             absent: &absent,
             bit: 1 << i,
+            global: self.global_hashes[i],
         });
         let keys: [&dyn LayerKey; MAX_LAYERS] = std::array::from_fn(|i| &lazy[i] as &dyn LayerKey);
-        let keys = &keys[..n];
-        let cost = self.cost.as_ref().map_or(1, |f| f(cx));
+        self.decide_keys(&keys[..n], cost, &absent, request.headers())
+    }
+
+    /// The decision on `keys` (one per layer): by `allow` on the lean path, else reported.
+    #[inline(always)]
+    fn decide_keys(
+        &self,
+        keys: &[&dyn LayerKey],
+        cost: u32,
+        absent: &Cell<u8>,
+        request: &HeaderMap,
+    ) -> Verdict<C> {
         if self.lean && self.limiter.allow(keys, cost) == Ok(true) {
             // Admissions are counted by the engine; only skipped layers here.
             let mut skipped = absent.get();
@@ -258,7 +317,7 @@ impl<C: Clock> Shared<C> {
             }
             return Verdict::Pass(None);
         }
-        self.decide_reported(keys, cost, request.headers())
+        self.decide_reported(keys, cost, request)
     }
 
     /// The answer for a request without the key of a limit that requires one.
@@ -348,16 +407,22 @@ impl<C: Clock> Shared<C> {
         }
     }
 
-    /// `RateLimit-Policy` and `RateLimit` (absent when every layer was skipped).
-    fn fields(&self, decision: &LayeredDecision) -> (HeaderValue, Option<HeaderValue>) {
-        let policy = self.policy_field.clone();
-        let mut field = String::with_capacity(16 + 32 * self.keys.len());
-        self.limiter.write_ratelimit_field(decision, &mut field);
-        let field = (!field.is_empty()).then(|| {
-            HeaderValue::from_maybe_shared(Bytes::from(field))
-                .expect("RateLimit fields are printable ASCII")
+    /// `RateLimit-Policy` and `RateLimit` (absent when every layer was skipped). The field is
+    /// written into a buffer of the thread's, reused from request to request, and copied into
+    /// its value: one allocation, of the value's own size.
+    fn fields(&self, decision: &LayeredDecision) -> (&'static HeaderValue, Option<HeaderValue>) {
+        thread_local! {
+            static FIELD: RefCell<String> = RefCell::new(String::with_capacity(256));
+        }
+        let field = FIELD.with_borrow_mut(|field| {
+            field.clear();
+            self.limiter.write_ratelimit_field(decision, field);
+            (!field.is_empty()).then(|| {
+                HeaderValue::from_bytes(field.as_bytes())
+                    .expect("RateLimit fields are printable ASCII")
+            })
         });
-        (policy, field)
+        (self.policy_field, field)
     }
 
     fn rejection(&self, decision: &LayeredDecision, request: &HeaderMap) -> response::Ready {
@@ -369,10 +434,10 @@ impl<C: Clock> Shared<C> {
         });
         let names: Vec<&str> = violated.map(|i| self.limiter.name(i).unwrap_or_default()).collect();
         if combined.is_impossible() {
-            response::impossible(self.impossible_status, policy, field, &names, request)
+            response::impossible(self.impossible_status, policy.clone(), field, &names, request)
         } else {
             let wait = combined.retry_after_ns().unwrap_or(1).max(1);
-            response::rejected(self.status, wait, policy, field, &names, request)
+            response::rejected(self.status, wait, policy.clone(), field, &names, request)
         }
     }
 }
@@ -384,11 +449,16 @@ struct LazyKey<'r, 'a> {
     cx: &'r KeyContext<'a>,
     absent: &'r Cell<u8>,
     bit: u8,
+    /// The layer's hash of [`Key::global`]'s key.
+    global: u64,
 }
 
 impl LayerKey for LazyKey<'_, '_> {
     #[inline]
     fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+        if self.key.is_global() {
+            return Some(self.global);
+        }
         match self.key.extract(*self.cx) {
             Some(value) => Some(hasher.hash(&value)),
             None => {
@@ -397,6 +467,39 @@ impl LayerKey for LazyKey<'_, '_> {
             }
         }
     }
+}
+
+/// The key of [`Key::client_ip`], hashed as [`LazyKey`] hashes it.
+struct ClientNetwork(ratewell::IpKey);
+
+impl LayerKey for ClientNetwork {
+    #[inline]
+    fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+        Some(hasher.hash(&KeyValue::Ip(self.0)))
+    }
+}
+
+/// Each layer's hash of [`Key::global`]'s key, for [`Shared::global_hashes`]: a key that hashes
+/// the key it is given and skips the layer, peeked once per layer (a skipped layer is neither
+/// decided nor charged).
+pub(crate) fn global_hashes<C: Clock>(limiter: &LayeredLimiter<C>) -> [u64; MAX_LAYERS] {
+    struct Capture<'c>(&'c Cell<u64>);
+    impl LayerKey for Capture<'_> {
+        fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+            self.0.set(hasher.hash(&Key::GLOBAL_VALUE));
+            None
+        }
+    }
+    let mut hashes = [0; MAX_LAYERS];
+    for (i, hash) in hashes.iter_mut().enumerate().take(limiter.len()) {
+        let cell = Cell::new(0);
+        let capture = Capture(&cell);
+        let mut keys: [&dyn LayerKey; MAX_LAYERS] = [&ratewell::Absent; MAX_LAYERS];
+        keys[i] = &capture;
+        let _ = limiter.peek(&keys[..limiter.len()], 1);
+        *hash = cell.get();
+    }
+    hashes
 }
 
 /// The dry-run layers that would have rejected, as a bit set.
@@ -448,37 +551,63 @@ where
     type Output = Result<Response<ResponseBody<ResB>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Inner { future, headers } => {
-                    let mut response = ready!(future.poll(cx))?.map(ResponseBody::inner);
-                    if let Some(fields) = headers.take() {
-                        let (policy, field) = *fields;
-                        let headers = response.headers_mut();
-                        headers.insert(RATELIMIT_POLICY, policy);
-                        if let Some(field) = field {
-                            headers.insert(RATELIMIT, field);
-                        }
-                    }
-                    return Poll::Ready(Ok(response));
+        let mut state = self.project().state;
+        // The common case first and alone: a request that went straight to the inner service.
+        if let StateProj::Inner { future, headers } = state.as_mut().project() {
+            let response = ready!(future.poll(cx))?;
+            return Poll::Ready(Ok(with_fields(response, headers.take())));
+        }
+        poll_slow(state, cx)
+    }
+}
+
+/// The inner service's response, with the `RateLimit` fields if there are any to add.
+#[inline]
+fn with_fields<B>(response: Response<B>, fields: Fields) -> Response<ResponseBody<B>> {
+    let mut response = response.map(ResponseBody::inner);
+    if let Some(fields) = fields {
+        let (policy, field) = *fields;
+        let headers = response.headers_mut();
+        headers.insert(RATELIMIT_POLICY, policy.clone());
+        if let Some(field) = field {
+            headers.insert(RATELIMIT, field);
+        }
+    }
+    response
+}
+
+/// [`ResponseFuture::poll`] for a request that waits its delay, or the layer's own answer.
+#[cold]
+fn poll_slow<F, S, B, C, ResB, E>(
+    mut state: Pin<&mut State<F, S, B, C>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<ResponseBody<ResB>>, E>>
+where
+    F: Future<Output = Result<Response<ResB>, E>>,
+    S: Service<Request<B>, Response = Response<ResB>, Error = E, Future = F>,
+    C: Clock,
+{
+    loop {
+        match state.as_mut().project() {
+            StateProj::Inner { future, headers } => {
+                let response = ready!(future.poll(cx))?;
+                return Poll::Ready(Ok(with_fields(response, headers.take())));
+            }
+            StateProj::Delayed { sleep, delayed, headers } => {
+                ready!(sleep.as_mut().poll(cx));
+                let service = delayed.service.as_mut().expect("polled after completion");
+                ready!(service.poll_ready(cx))?;
+                let request = delayed.request.take().expect("polled after completion");
+                let future = service.call(request);
+                if let Some(reservation) = delayed.reservation.take() {
+                    (*reservation).commit();
                 }
-                StateProj::Delayed { sleep, delayed, headers } => {
-                    ready!(sleep.as_mut().poll(cx));
-                    let service = delayed.service.as_mut().expect("polled after completion");
-                    ready!(service.poll_ready(cx))?;
-                    let request = delayed.request.take().expect("polled after completion");
-                    let future = service.call(request);
-                    if let Some(reservation) = delayed.reservation.take() {
-                        (*reservation).commit();
-                    }
-                    let headers = headers.take();
-                    this.state.set(State::Inner { future, headers });
-                }
-                StateProj::Ready { response } => {
-                    let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.into_response()));
-                }
+                let headers = headers.take();
+                state.set(State::Inner { future, headers });
+            }
+            StateProj::Ready { response } => {
+                let response = response.take().expect("polled after completion");
+                return Poll::Ready(Ok(response.into_response()));
             }
         }
     }

@@ -465,6 +465,16 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         Receipt::of(hash, charged.idx, charged.charge, cost)
     }
 
+    /// [`allow_n`](Self::allow_n) for the key hashed `hash` at `now`: whether it was admitted
+    /// (no receipt: an admission nothing will take back).
+    #[inline]
+    pub(crate) fn allow_hashed(&self, hash: u64, now: u64, cost: u32) -> bool {
+        let admitted =
+            with_store!(self, store => store.decide::<bool, _>(&self.registry, hash, now, cost));
+        self.counts.record(admitted);
+        admitted
+    }
+
     /// [`peek_n`](Self::peek_n) for the key hashed `hash` at `now`.
     #[inline]
     pub(crate) fn peek_hashed(&self, hash: u64, now: u64, cost: u32) -> Decision {
