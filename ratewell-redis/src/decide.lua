@@ -61,8 +61,7 @@ local function fmt(a, b, c)
   return format('%d', a)
 end
 
--- A state (or receipt) of one to three integers; nil for anything else (a key someone else
--- wrote reads as fresh).
+-- A state (or receipt) of one to three integers; nil for anything else.
 local function parse(s)
   if not s then return nil end
   local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
@@ -70,6 +69,14 @@ local function parse(s)
   if b == '' then return {tonumber(a)} end
   if c == '' then return {tonumber(a), tonumber(b)} end
   return {tonumber(a), tonumber(b), tonumber(c)}
+end
+
+-- A key whose state is not one this script wrote (something else overwrote it) is an error
+-- reply, never a fresh key: a fresh key would hand its client a full budget. The client's
+-- failover decides the request.
+local function corrupt(key, raw)
+  if #raw > 64 then raw = string.sub(raw, 1, 64) .. '...' end
+  return redis.error_reply(format('ratewell: the state of %s does not parse: %q', key, raw))
 end
 
 -- Units of capacity `u`, `per` units a token, accruing `scale` units a ns: the whole tokens and
@@ -517,7 +524,9 @@ local function make_log()
     local ts, cs = {}, {}
     local total = 0
     for i, e in ipairs(raw) do
-      local f = parse(e); ts[i] = f[1]; cs[i] = f[2]; total = total + f[2]
+      local f = parse(e)
+      if not f or not f[2] then return nil, corrupt(key, e) end
+      ts[i] = f[1]; cs[i] = f[2]; total = total + f[2]
     end
     local m = #ts
     local at = u
@@ -560,7 +569,7 @@ local function make_log()
     local raw = redis.call('LRANGE', key, 0, -1)
     for i, e in ipairs(raw) do
       local f = parse(e)
-      if f[1] == receipt[1] then
+      if f and f[2] and f[1] == receipt[1] then
         local left = f[2] - c
         if left <= 0 then
           redis.call('LSET', key, i - 1, '')
@@ -674,11 +683,16 @@ for i = 1, layers do
   local r
   local st = nil
   if alg == 'log' then
-    r = alg_of('log')[1](p, KEYS[i], now, cost, false)
+    local bad
+    r, bad = alg_of('log')[1](p, KEYS[i], now, cost, false)
+    if bad then return bad end
   else
     local raw = call('GET', KEYS[i])
-    if raw then st = parse(raw) end
-    if st then raws[i] = raw end
+    if raw then
+      st = parse(raw)
+      if not st then return corrupt(KEYS[i], raw) end
+      raws[i] = raw
+    end
     r = alg_of(alg)[1](p, st, now, cost)
   end
   results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p

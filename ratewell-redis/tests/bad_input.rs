@@ -173,3 +173,53 @@ async fn layers_and_policies_outside_the_domain_are_errors() {
     let v = l.check_layers(&[None, None], 1).await.unwrap();
     assert!(v.is_admitted());
 }
+
+/// A key whose state something else overwrote is a bad reply, decided by the failover: never a
+/// fresh key with a full budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_that_does_not_parse_is_a_bad_reply_not_a_fresh_key() {
+    let server = Server::start();
+    for (spec, key) in [
+        ("fixed-window limit=3 window=1m", "words"),
+        ("token-bucket capacity=3 rate=1/m", "bucket"),
+        ("sliding-log limit=3 window=1m", "log"),
+    ] {
+        let l = RedisLimiter::builder(&server.url())
+            .prefix("rw:")
+            .layer("l", &policy(spec))
+            .failover(Failover::Closed)
+            .build()
+            .await
+            .unwrap();
+        // Spend the budget, so that a fresh key would be the only way to be admitted.
+        for _ in 0..3 {
+            assert_eq!(l.check(key, 1).await.source(), Source::Server, "{spec}");
+        }
+        let rejected = l.check(key, 1).await;
+        assert_eq!((rejected.source(), rejected.is_admitted()), (Source::Server, false), "{spec}");
+        let redis_key = format!("rw:l:{{{key}}}");
+        if spec.starts_with("sliding-log") {
+            server.cli(&["LSET", &redis_key, "0", "not a log entry"]).unwrap();
+        } else {
+            server.cli(&["SET", &redis_key, "garbage", "PX", "60000"]).unwrap();
+        }
+        let v = l.check(key, 1).await;
+        assert_eq!(v.source(), Source::Failover(FailoverReason::BadReply), "{spec}");
+        assert!(!v.is_admitted(), "{spec}: fail-closed, not a fresh key's full budget");
+        assert_eq!(l.metrics().failover_bad_reply, 1, "{spec}");
+        let r = l.check_at(&[Some(key)], 1, Nanos::new(1_000_000)).await;
+        match r {
+            Err(Error::BadReply(message)) => {
+                assert!(message.contains("does not parse"), "{spec}: {message}")
+            }
+            other => panic!("{spec}: {other:?}"),
+        }
+        // The key is left as it was found: the failover decided, nothing was written.
+        let left = if spec.starts_with("sliding-log") {
+            server.cli(&["LINDEX", &redis_key, "0"]).unwrap()
+        } else {
+            server.cli(&["GET", &redis_key]).unwrap()
+        };
+        assert!(left.contains("not a log entry") || left.contains("garbage"), "{spec}: {left}");
+    }
+}
