@@ -53,12 +53,20 @@
 //! as one ordinary decision of cost `k`, spends them with an atomic decrement, and refunds what
 //! is left when it ends. The policy holds exactly across all instances; what leases cost is
 //! under-admission, at most the units leased and not yet spent.
+//!
+//! # Feature flags
+//!
+//! - `prometheus`: [`prometheus::RedisCollector`] (from [`RedisLimiter::collector`]) and
+//!   [`prometheus::LeasesCollector`], collectors of prometheus-client for the limiter's and the
+//!   leases' metrics.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod keys;
 mod lease;
 mod limiter;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 mod script;
 
 pub use lease::{LeaseMetrics, Leases};

@@ -12,6 +12,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -23,6 +24,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::registry::Registry;
 use ratewell_tower::{Absent, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies};
 use tower::{Layer, ServiceBuilder};
 
@@ -31,7 +34,7 @@ A rate-limiting reverse proxy (ratewell-tower example).
 
 usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:KEY:POLICY]...
              [--require NAME]... [--trusted-proxy CIDR]... [--forwarded] [--dry-run]
-             [--no-headers]
+             [--no-headers] [--metrics ADDR]
 
   --listen ADDR            address to serve on (127.0.0.1:8080; port 0 picks a free one)
   --upstream HOST:PORT     the HTTP server requests are forwarded to
@@ -52,8 +55,10 @@ usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:
   --forwarded              read RFC 7239 'Forwarded' from trusted proxies, not X-Forwarded-For
   --dry-run                reject nothing; headers and metrics as if enforcing
   --no-headers             no RateLimit fields on admitted responses
+  --metrics ADDR           serve Prometheus metrics (text format 0.0.4) at http://ADDR/metrics
+                           (port 0 picks a free one)
 
-It prints 'listening on ADDR' once it serves. Rejected requests get 429 with Retry-After,
+It prints 'listening on ADDR' once it serves (then 'metrics on ADDR' with --metrics). Rejected requests get 429 with Retry-After,
 RateLimit-Policy, RateLimit and a problem-details body; admitted ones are forwarded with the
 client's address appended to X-Forwarded-For.
 ";
@@ -67,6 +72,7 @@ struct Options {
     forwarded: bool,
     dry_run: bool,
     headers: bool,
+    metrics: Option<String>,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -79,6 +85,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         forwarded: false,
         dry_run: false,
         headers: true,
+        metrics: None,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -103,6 +110,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--forwarded" => o.forwarded = true,
             "--dry-run" => o.dry_run = true,
             "--no-headers" => o.headers = false,
+            "--metrics" => o.metrics = Some(value()?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -205,6 +213,37 @@ async fn forward(
     }
 }
 
+/// `GET /metrics`: the registry in Prometheus's text format; anything else 404.
+async fn serve_metrics(listener: tokio::net::TcpListener, registry: Arc<Registry>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let registry = Arc::clone(&registry);
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let registry = Arc::clone(&registry);
+            async move {
+                if request.uri().path() != "/metrics" {
+                    return Ok::<_, Infallible>(status(StatusCode::NOT_FOUND, "not found\n"));
+                }
+                let mut text = String::new();
+                if prometheus_text::encode(&mut text, &registry).is_err() {
+                    return Ok(status(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode\n"));
+                }
+                let mut response = Response::new(Either::Right(Full::new(Bytes::from(text))));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                Ok(response)
+            }
+        });
+        tokio::spawn(async move {
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 fn status(status: StatusCode, body: &'static str) -> Response<Body> {
     let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(body.as_bytes()))));
     *response.status_mut() = status;
@@ -240,7 +279,24 @@ async fn main() -> ExitCode {
         }
     };
     let local = listener.local_addr().expect("a bound listener has an address");
+    let metrics = match &options.metrics {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("proxy: cannot serve metrics on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     println!("listening on {local}");
+    if let Some(metrics) = metrics {
+        let at = metrics.local_addr().expect("a bound listener has an address");
+        println!("metrics on {at}");
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(limit.collector()));
+        tokio::spawn(serve_metrics(metrics, Arc::new(registry)));
+    }
     let client: Client<HttpConnector, Incoming> =
         Client::builder(TokioExecutor::new()).build_http();
     loop {

@@ -37,6 +37,12 @@
 //! - **Dry run**, of the whole layer or of one limit (its policy's `dry-run` flag): nothing is
 //!   rejected; headers and [`Metrics`] are those of the decision.
 //!
+//! # Feature flags
+//!
+//! - `prometheus`: [`prometheus::LayerCollector`] (from [`RateLimitLayer::collector`]) and
+//!   [`prometheus::LimiterCollector`], collectors of prometheus-client for the layer's and the
+//!   engine's metrics.
+//!
 //! [tower]: https://docs.rs/tower
 //! [ratewell]: https://docs.rs/ratewell
 
@@ -48,6 +54,8 @@ mod client_ip;
 mod clock;
 mod key;
 mod metrics;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 mod response;
 mod service;
 

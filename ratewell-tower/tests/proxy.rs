@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use common::{client, get, sf_list};
@@ -18,20 +18,26 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 
-/// The example's binary: `cargo test` builds examples next to the tests' directory.
+/// The example's binary, built (once per test run) with the `prometheus` feature it requires:
+/// `cargo test` builds no example whose required features are off, so this builds it, next to
+/// the tests' directory, and a binary left by an earlier build is never used stale.
 fn proxy_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let binary = dir.join("examples").join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
-    if !binary.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "ratewell-tower", "--example", "proxy"])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    binary
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.args(["build", "-q", "-p", "ratewell-tower", "--example", "proxy"]);
+            build.args(["--features", "prometheus"]);
+            if dir.file_name().is_some_and(|d| d == "release") {
+                build.arg("--release");
+            }
+            assert!(build.status().unwrap().success(), "building the proxy example");
+            dir.join("examples").join(format!("proxy{}", std::env::consts::EXE_SUFFIX))
+        })
+        .clone()
 }
 
 struct Proxy {
@@ -48,6 +54,12 @@ impl Drop for Proxy {
 
 /// The proxy on a free loopback port in front of `upstream`, with `limits` (its other arguments).
 fn start_proxy(upstream: &str, limits: &[&str]) -> Proxy {
+    start_proxy_reading(upstream, limits).0
+}
+
+/// [`start_proxy`], and the lines it printed after `listening on` (`metrics on ...`, when
+/// `limits` asks for metrics).
+fn start_proxy_reading(upstream: &str, limits: &[&str]) -> (Proxy, Vec<String>) {
     let mut child = Command::new(proxy_binary())
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
         .args(limits)
@@ -55,14 +67,21 @@ fn start_proxy(upstream: &str, limits: &[&str]) -> Proxy {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    stdout.read_line(&mut line).unwrap();
     let addr = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("proxy said {line:?}"))
         .to_owned();
-    Proxy { child, addr }
+    let mut more = Vec::new();
+    if limits.contains(&"--metrics") {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        more.push(line.trim().to_owned());
+    }
+    (Proxy { child, addr }, more)
 }
 
 struct Upstream {
@@ -193,4 +212,123 @@ fn bad_arguments_exit_2_with_a_message() {
     let help = Command::new(proxy_binary()).arg("--help").output().unwrap();
     assert!(help.status.success());
     assert!(String::from_utf8(help.stdout).unwrap().contains("--trusted-proxy CIDR"));
+}
+
+/// One sample of Prometheus's text format: its name, labels and value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// Prometheus's text exposition format (0.0.4), parsed strictly: `# HELP` / `# TYPE` lines
+/// naming a metric before its samples, then `name{label="value",...} number` lines; anything
+/// else fails the test.
+fn parse_exposition(text: &str) -> Vec<Sample> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    let mut typed = std::collections::HashMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name, what) = (parts.next(), parts.next(), parts.next());
+            let name = name.unwrap_or_else(|| panic!("comment {line:?}"));
+            assert!(name_ok(name), "{line:?}");
+            match kind {
+                Some("HELP") => assert!(what.is_some_and(|h| !h.is_empty()), "{line:?}"),
+                Some("TYPE") => {
+                    let t = what.unwrap_or_default();
+                    assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&t));
+                    typed.insert(name.to_owned(), t.to_owned());
+                }
+                _ => panic!("comment {line:?}"),
+            }
+            continue;
+        }
+        assert!(!line.trim().is_empty(), "an empty line in the exposition");
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').unwrap_or_else(|| panic!("{line:?}"));
+                let labels = body
+                    .split(',')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| {
+                        let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("{line:?}"));
+                        let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
+                        assert!(name_ok(k), "label {k:?} in {line:?}");
+                        (k.to_owned(), v.unwrap_or_else(|| panic!("{line:?}")).to_owned())
+                    })
+                    .collect();
+                (name, labels)
+            }
+            None => (series, Vec::new()),
+        };
+        assert!(name_ok(name), "{line:?}");
+        assert!(typed.contains_key(name), "{name} has no # TYPE before its samples");
+        samples.push(Sample { name: name.to_owned(), labels, value });
+    }
+    samples
+}
+
+#[tokio::test]
+async fn the_proxy_serves_metrics_that_count_every_request() {
+    let upstream = upstream().await;
+    let (proxy, lines) = start_proxy_reading(
+        &upstream.addr,
+        &["--policy", "fixed-window limit=5 window=1h", "--metrics", "127.0.0.1:0"],
+    );
+    let metrics = lines[0].strip_prefix("metrics on ").unwrap_or_else(|| panic!("{lines:?}"));
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    let (mut ok, mut limited) = (0u64, 0u64);
+    for i in 0..23 {
+        // A third of them also try to spoof their address (the proxy trusts no one).
+        let spoof: &[(&str, &[u8])] =
+            if i % 3 == 0 { &[("x-forwarded-for", b"1.2.3.4")] } else { &[] };
+        match get(&client, &url, spoof).await.status {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => limited += 1,
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!((ok, limited), (5, 18));
+    let answer = get(&client, &format!("http://{metrics}/metrics"), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.header("content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    let text = std::str::from_utf8(&answer.body).unwrap();
+    let samples = parse_exposition(text);
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        let found: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels.iter().all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{name} {labels:?} in\n{text}");
+        found[0].value
+    };
+    let requests = "ratewell_http_requests_total";
+    assert_eq!(value(requests, &[("limit", "ip"), ("outcome", "admitted")]), ok as f64);
+    assert_eq!(value(requests, &[("limit", "ip"), ("outcome", "rejected")]), limited as f64);
+    assert_eq!(value(requests, &[("limit", "ip"), ("outcome", "skipped")]), 0.0);
+    assert_eq!(value("ratewell_http_forwarded_total", &[("outcome", "untrusted")]), 8.0);
+    assert_eq!(value("ratewell_keys", &[("limit", "ip")]), 1.0);
+    assert!(value("ratewell_key_capacity", &[("limit", "ip")]) >= 100_000.0);
+    assert_eq!(
+        value("ratewell_table_events_total", &[("limit", "ip"), ("event", "evictions")]),
+        0.0
+    );
+    // Anything but /metrics is not found.
+    let other = get(&client, &format!("http://{metrics}/"), &[]).await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
