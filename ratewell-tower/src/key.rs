@@ -233,6 +233,7 @@ pub enum KeyValue<'a> {
 }
 
 impl Hash for KeyValue<'_> {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match self {
             KeyValue::Bytes(bytes) => bytes.hash(state),

@@ -18,7 +18,7 @@ use tower::{Layer, Service};
 use crate::body::ResponseBody;
 use crate::builder::{Absent, Builder, CostFn, PeerFn};
 use crate::client_ip::{Resolved, TrustedProxies};
-use crate::key::{Client, Key, KeyContext, KeyValue};
+use crate::key::{Client, Key, KeyContext};
 use crate::metrics::{self, Counters, LayerCounter, Metrics};
 use crate::response;
 
@@ -469,13 +469,15 @@ impl LayerKey for LazyKey<'_, '_> {
     }
 }
 
-/// The key of [`Key::client_ip`], hashed as [`LazyKey`] hashes it.
+/// The key of [`Key::client_ip`] on [`Shared::decide_client_ip`]'s path: the network's bits,
+/// hashed alone (a layer on that path has no other kind of key to tell them from, and every
+/// decision of the layer hashes them this way).
 struct ClientNetwork(ratewell::IpKey);
 
 impl LayerKey for ClientNetwork {
     #[inline]
     fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
-        Some(hasher.hash(&KeyValue::Ip(self.0)))
+        Some(hasher.hash(&self.0.to_bits()))
     }
 }
 

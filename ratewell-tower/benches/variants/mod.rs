@@ -22,15 +22,16 @@ use tower_governor::governor::GovernorConfigBuilder;
 pub const CLIENTS: u32 = 1000;
 const CAPACITY: usize = 4096;
 
-/// Every variant's name, in the order `overhead.rs` runs them.
+/// Every variant's name, in the order `overhead.rs` runs them: each pair compared side by side
+/// in time, so that the machine's drift over a run falls on both of a pair alike.
 pub const NAMES: [&str; 7] = [
     "no_layer",
     "tower_governor",
-    "tower_governor_headers",
     "ratewell",
+    "tower_governor_headers",
     "ratewell_headers",
-    "ratewell_global",
     "governor_global",
+    "ratewell_global",
 ];
 
 pub fn noop()
@@ -105,21 +106,30 @@ pub fn each(only: Option<&str>, v: &mut impl Visit) {
         let _ = one(&service, 0);
         v.visit("tower_governor", service);
     }
+    if on("ratewell") {
+        let service = ratewell_layer(false).layer(noop());
+        assert!(!one(&service, 0).headers().contains_key("ratelimit"));
+        v.visit("ratewell", service);
+    }
     if on("tower_governor_headers") {
         let config = governor.use_headers().finish().unwrap();
         let service = tower_governor::GovernorLayer::new(config).layer(noop());
         assert!(one(&service, 0).headers().contains_key("x-ratelimit-remaining"));
         v.visit("tower_governor_headers", service);
     }
-    if on("ratewell") {
-        let service = ratewell_layer(false).layer(noop());
-        assert!(!one(&service, 0).headers().contains_key("ratelimit"));
-        v.visit("ratewell", service);
-    }
     if on("ratewell_headers") {
         let service = ratewell_layer(true).layer(noop());
         assert!(one(&service, 0).headers().contains_key("ratelimit"));
         v.visit("ratewell_headers", service);
+    }
+    if on("governor_global") {
+        let config = GovernorConfigBuilder::default()
+            .per_nanosecond(1)
+            .burst_size(1_000_000_000)
+            .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+            .finish()
+            .unwrap();
+        v.visit("governor_global", tower_governor::GovernorLayer::new(config).layer(noop()));
     }
     // One key for every request, on both sides (governor's unkeyed limiter): what remains is the
     // layer's plumbing and the decision, without a client address to find and look up.
@@ -138,14 +148,5 @@ pub fn each(only: Option<&str>, v: &mut impl Visit) {
             .unwrap()
             .layer(noop());
         v.visit("ratewell_global", service);
-    }
-    if on("governor_global") {
-        let config = GovernorConfigBuilder::default()
-            .per_nanosecond(1)
-            .burst_size(1_000_000_000)
-            .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
-            .finish()
-            .unwrap();
-        v.visit("governor_global", tower_governor::GovernorLayer::new(config).layer(noop()));
     }
 }
