@@ -468,13 +468,6 @@ impl<C: Clock> LayeredLimiter<C> {
             let Some(hash) = self.hash(0, keys) else { return Ok(true) };
             return Ok(layer.table.allow_hashed(hash, now, cost) || layer.policy.is_dry_run());
         }
-        Ok(self.allow_layers(keys, now, cost))
-    }
-
-    /// [`allow`](Self::allow) on two layers or more, out of line: its receipts and rollback
-    /// would make the one-layer path's frame theirs.
-    #[inline(never)]
-    fn allow_layers(&self, keys: Keys<'_>, now: u64, cost: u32) -> bool {
         let mut receipts = Receipts::default();
         for (i, layer) in self.layers.iter().enumerate() {
             let Some(hash) = self.hash(i, keys) else { continue };
@@ -485,11 +478,11 @@ impl<C: Clock> LayeredLimiter<C> {
                 None if layer.policy.is_dry_run() => {}
                 None => {
                     rollback(&self.layers[..i], &mut receipts.0[..i], now);
-                    return false;
+                    return Ok(false);
                 }
             }
         }
-        true
+        Ok(true)
     }
 
     /// Decide without taking anything: every layer's peek (its state as it is), combined as a
