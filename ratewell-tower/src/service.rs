@@ -3,6 +3,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -222,11 +223,7 @@ impl<C: Clock> Shared<C> {
             return None;
         };
         if !self.trusted.any() {
-            // No proxy is trusted: the peer is the client, and a forwarding header is counted.
-            let ip = peer.to_canonical();
-            if self.trusted.sent_by(request.headers()) {
-                self.counters.add(metrics::FORWARDED_UNTRUSTED);
-            }
+            let ip = self.untrusted_peer(peer, request.headers());
             return Some(Client { ip, network: self.prefixes.key(ip) });
         }
         let ip = match self.trusted.resolve(peer, request.headers()) {
@@ -261,11 +258,18 @@ impl<C: Clock> Shared<C> {
             return self.decide_any(request);
         };
         let headers = request.headers();
+        let network = ClientNetwork(self.prefixes.key(self.untrusted_peer(peer, headers)));
+        self.decide_keys(&[&network], 1, &Cell::new(0), headers)
+    }
+
+    /// The client when no proxy is trusted: the peer itself; a forwarding header it sent is
+    /// counted and ignored.
+    #[inline]
+    fn untrusted_peer(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         if self.trusted.sent_by(headers) {
             self.counters.add(metrics::FORWARDED_UNTRUSTED);
         }
-        let network = ClientNetwork(self.prefixes.key(peer.to_canonical()));
-        self.decide_keys(&[&network], 1, &Cell::new(0), headers)
+        peer.to_canonical()
     }
 
     #[inline]
