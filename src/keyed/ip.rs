@@ -45,6 +45,7 @@ impl IpPrefixes {
     }
 
     /// The key of `ip`: its network at this prefix length.
+    #[inline]
     pub fn key(&self, ip: IpAddr) -> IpKey {
         match ip.to_canonical() {
             IpAddr::V4(v4) => {
@@ -59,10 +60,12 @@ impl IpPrefixes {
     }
 }
 
+#[inline]
 fn mask32(prefix: u8) -> u32 {
     if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) }
 }
 
+#[inline]
 fn mask128(prefix: u8) -> u128 {
     if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) }
 }
@@ -110,6 +113,7 @@ impl IpKey {
     /// let net = IpPrefixes::new(32, 48).unwrap().key("2001:db8:1:2::1".parse().unwrap());
     /// assert_eq!(net.to_bits(), 0x2001_0db8_0001_u128 << 80);
     /// ```
+    #[inline]
     pub fn to_bits(&self) -> u128 {
         if self.v6 { self.bits } else { 0xffff_0000_0000 | self.bits }
     }
