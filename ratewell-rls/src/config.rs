@@ -1,0 +1,831 @@
+//! envoyproxy/ratelimit's configuration: one YAML file per domain, read, checked and matched
+//! as that service reads, checks and matches it (its `src/config/config_impl.go`).
+//!
+//! ```
+//! use ratewell_rls::config::{ConfigFile, RateLimitConfig};
+//! use ratewell_rls::proto::{Entry, RateLimitDescriptor, Unit};
+//!
+//! let file = ConfigFile::parse(
+//!     "edge.yaml",
+//!     "
+//! domain: edge
+//! descriptors:
+//!   - key: remote_address
+//!     rate_limit: {unit: second, requests_per_unit: 10}
+//! ",
+//! )?;
+//! let config = RateLimitConfig::new(&[file], false)?;
+//! let descriptor = RateLimitDescriptor {
+//!     entries: vec![Entry { key: "remote_address".into(), value: "10.0.0.1".into() }],
+//!     ..Default::default()
+//! };
+//! let limit = config.get_limit("edge", &descriptor).expect("the key-only rule matches");
+//! assert_eq!((limit.requests_per_unit, limit.unit), (10, Unit::Second));
+//! assert_eq!(limit.full_key, "edge.remote_address");
+//! # Ok::<(), ratewell_rls::config::ConfigError>(())
+//! ```
+//!
+//! # Checks, in envoyproxy/ratelimit's order and words
+//!
+//! A file is first read as plain YAML and every mapping key checked (`config error, unknown key
+//! 'ratelimit'`, `config error, key is not of type string: 0.25`, `config error, yaml file
+//! contains list of type other than map: a`, `error checking config`), then read into the
+//! configuration's shape, then loaded (`config file cannot have empty domain`, `duplicate domain
+//! 'd' in config file`, `descriptor has empty key`, `duplicate descriptor composite key
+//! 'd.k_v'`, `invalid rate limit unit 'foo'`, `should not specify rate limit unit when
+//! unlimited`, `should not have an empty replaces entry`, `replaces should not contain name of
+//! same descriptor`, `share_threshold can only be used with wildcard values ...`). Every error is
+//! prefixed with the file's name, as there. The YAML library's own messages (a syntax error, a
+//! value of the wrong type, YAML nested deeper than 128, which is 64 levels of descriptors) are this crate's YAML library's, not Go's
+//! `yaml.v2`'s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+use crate::proto::{RateLimitDescriptor, Unit};
+
+/// A configuration error: the file's name, and what is wrong (envoyproxy/ratelimit's words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    file: String,
+    message: String,
+}
+
+impl ConfigError {
+    fn new(file: &str, message: impl Into<String>) -> Self {
+        ConfigError { file: file.to_owned(), message: message.into() }
+    }
+
+    /// The file the error is in.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// What is wrong, without the file's name.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The keys a configuration file may use, at any level.
+const VALID_KEYS: [&str; 16] = [
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+/// One parsed configuration file (one domain's descriptors), before it is loaded.
+#[derive(Clone, Debug)]
+pub struct ConfigFile {
+    name: String,
+    root: YamlRoot,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct YamlRoot {
+    #[serde(default, deserialize_with = "scalar_string")]
+    domain: String,
+    #[serde(default, deserialize_with = "list")]
+    descriptors: Vec<YamlDescriptor>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct YamlDescriptor {
+    #[serde(default, deserialize_with = "scalar_string")]
+    key: String,
+    #[serde(default, deserialize_with = "scalar_string")]
+    value: String,
+    #[serde(default)]
+    rate_limit: Option<YamlRateLimit>,
+    #[serde(default, deserialize_with = "list")]
+    descriptors: Vec<YamlDescriptor>,
+    #[serde(default, deserialize_with = "flag")]
+    shadow_mode: bool,
+    #[serde(default, deserialize_with = "flag")]
+    quota_mode: bool,
+    #[serde(default, deserialize_with = "flag")]
+    detailed_metric: bool,
+    #[serde(default, deserialize_with = "flag")]
+    value_to_metric: bool,
+    #[serde(default, deserialize_with = "flag")]
+    share_threshold: bool,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, Value>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct YamlRateLimit {
+    #[serde(default, deserialize_with = "count")]
+    requests_per_unit: u32,
+    #[serde(default, deserialize_with = "scalar_string")]
+    unit: String,
+    #[serde(default, deserialize_with = "flag")]
+    unlimited: bool,
+    #[serde(default, deserialize_with = "scalar_string")]
+    name: String,
+    #[serde(default, deserialize_with = "list")]
+    replaces: Vec<YamlReplaces>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct YamlReplaces {
+    #[serde(default, deserialize_with = "scalar_string")]
+    name: String,
+}
+
+/// A string field: any scalar, written as YAML wrote it (`value: 443` is the string `443`, as
+/// Go's `yaml.v2` reads it); null is the empty string.
+fn scalar_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(d)? {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s),
+        Value::Bool(b) => Ok(b.to_string()),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(D::Error::custom(format!("cannot read {} as a string", kind(&other)))),
+    }
+}
+
+/// A list field; null is the empty list.
+fn list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A boolean field; null is false.
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `requests_per_unit`: an integer from 0 to 2^32 - 1; null is 0.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    Ok(Option::<u32>::deserialize(d)?.unwrap_or_default())
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a map",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// `value` as Go's `%v` prints what `yaml.v2` decoded it to (a key or a list element in an
+/// error message).
+fn go_format(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.is_finite() && f == f.trunc() && f.abs() < 1e21 => {
+                format!("{f:.0}")
+            }
+            _ => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        Value::Sequence(items) => {
+            let items: Vec<String> = items.iter().map(go_format).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::Mapping(map) => {
+            let mut pairs: Vec<String> =
+                map.iter().map(|(k, v)| format!("{}:{}", go_format(k), go_format(v))).collect();
+            pairs.sort();
+            format!("map[{}]", pairs.join(" "))
+        }
+        Value::Tagged(tagged) => go_format(&tagged.value),
+    }
+}
+
+/// envoyproxy/ratelimit's `validateYamlKeys`: every mapping key a string among
+/// [`VALID_KEYS`], every list a list of mappings, every leaf a string, an integer, a boolean or
+/// null (`metadata` is free-form and not looked into).
+fn validate_keys(
+    file: &str,
+    map: &serde_yaml_ng::Mapping,
+    depth: usize,
+) -> Result<(), ConfigError> {
+    for (key, value) in map {
+        let Value::String(key) = key else {
+            return Err(ConfigError::new(
+                file,
+                format!("config error, key is not of type string: {}", go_format(key)),
+            ));
+        };
+        if !VALID_KEYS.contains(&key.as_str()) {
+            return Err(ConfigError::new(file, format!("config error, unknown key '{key}'")));
+        }
+        if key == "metadata" {
+            continue;
+        }
+        validate_value(file, value, depth)?;
+    }
+    Ok(())
+}
+
+fn validate_value(file: &str, value: &Value, depth: usize) -> Result<(), ConfigError> {
+    match value {
+        Value::Sequence(items) => {
+            for item in items {
+                let Value::Mapping(map) = item else {
+                    return Err(ConfigError::new(
+                        file,
+                        format!(
+                            "config error, yaml file contains list of type other than map: {}",
+                            go_format(item)
+                        ),
+                    ));
+                };
+                validate_keys(file, map, depth + 1)?;
+            }
+            Ok(())
+        }
+        Value::Mapping(map) => validate_keys(file, map, depth + 1),
+        Value::String(_) | Value::Bool(_) | Value::Null => Ok(()),
+        // Go's `int`: what yaml.v2 decodes an integer to when it fits in 64 signed bits.
+        Value::Number(n) if n.is_i64() => Ok(()),
+        _ => Err(ConfigError::new(file, "error checking config")),
+    }
+}
+
+impl ConfigFile {
+    /// Read the file `name` holding `content`: as YAML, its keys checked, then in the
+    /// configuration's shape (envoyproxy/ratelimit's `ConfigFileContentToYaml`).
+    pub fn parse(name: &str, content: &str) -> Result<ConfigFile, ConfigError> {
+        let load_error = |e: serde_yaml_ng::Error| {
+            ConfigError::new(name, format!("error loading config file: {e}"))
+        };
+        let value: Value = serde_yaml_ng::from_str(content).map_err(load_error)?;
+        match &value {
+            // An empty file is an empty mapping (so: no domain).
+            Value::Null => {}
+            Value::Mapping(map) => validate_keys(name, map, 0)?,
+            other => {
+                return Err(ConfigError::new(
+                    name,
+                    format!("error loading config file: the file is {}, not a map", kind(other)),
+                ));
+            }
+        }
+        let root = if value.is_null() {
+            YamlRoot::default()
+        } else {
+            serde_yaml_ng::from_str(content).map_err(load_error)?
+        };
+        Ok(ConfigFile { name: name.to_owned(), root })
+    }
+
+    /// The file's name (in its errors).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The domain the file configures.
+    pub fn domain(&self) -> &str {
+        &self.root.domain
+    }
+}
+
+/// A loaded configuration: every domain's descriptor tree.
+#[derive(Clone, Debug, Default)]
+pub struct RateLimitConfig {
+    domains: HashMap<String, Node>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    children: HashMap<String, Node>,
+    limit: Option<RateLimit>,
+    /// The children whose key holds a `*`, in configuration order.
+    wildcards: Vec<Wildcard>,
+    value_to_metric: bool,
+    share_threshold: bool,
+    /// The child's own `key_value` when `share_threshold` is set (it holds a `*`).
+    wildcard_pattern: String,
+    metadata: Option<prost_types::Struct>,
+}
+
+#[derive(Clone, Debug)]
+struct Wildcard {
+    /// The child's `key_value`, as in [`Node::children`].
+    key: String,
+    /// `key` split at each `*`.
+    parts: Vec<String>,
+}
+
+/// A limit as the configuration (or a request's override) gives it for one descriptor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimit {
+    /// The limit's statistics key (`domain.key1_value1.key2`), envoyproxy/ratelimit's `FullKey`.
+    pub full_key: String,
+    /// Requests per unit (0 rejects every request).
+    pub requests_per_unit: u32,
+    /// The unit; [`Unit::Unknown`] only for an unlimited rule, or an override that sent it.
+    pub unit: Unit,
+    /// `rate_limit.name`, or empty.
+    pub name: String,
+    /// `rate_limit.unlimited`: always within the limit, counted nowhere.
+    pub unlimited: bool,
+    /// `shadow_mode`: decided and counted, never rejecting.
+    pub shadow_mode: bool,
+    /// `quota_mode`: over the limit without rejecting, unless every quota descriptor is over.
+    pub quota_mode: bool,
+    /// The names of the limits this one replaces, when both apply to one request.
+    pub replaces: Vec<String>,
+    /// `detailed_metric`: statistics keyed by the request's values.
+    pub detailed_metric: bool,
+    /// Per request entry, the wildcard pattern that stands for the value in the cache key of a
+    /// `share_threshold` match (empty for the other entries); `None` without any.
+    pub share_threshold_key_pattern: Option<Vec<String>>,
+    /// The matched descriptor's `metadata`.
+    pub metadata: Option<prost_types::Struct>,
+}
+
+impl RateLimit {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        full_key: String,
+        requests_per_unit: u32,
+        unit: Unit,
+        unlimited: bool,
+        shadow_mode: bool,
+        quota_mode: bool,
+        name: String,
+        replaces: Vec<String>,
+        detailed_metric: bool,
+    ) -> Self {
+        RateLimit {
+            full_key,
+            requests_per_unit,
+            unit,
+            name,
+            unlimited,
+            shadow_mode,
+            quota_mode,
+            replaces,
+            detailed_metric,
+            share_threshold_key_pattern: None,
+            metadata: None,
+        }
+    }
+
+    /// The same limit under another statistics key, as envoyproxy/ratelimit's `NewRateLimit`
+    /// rebuilds it (keeping the share-threshold patterns and dropping the metadata).
+    fn rekeyed(&self, full_key: String) -> Self {
+        RateLimit {
+            share_threshold_key_pattern: self.share_threshold_key_pattern.clone(),
+            ..RateLimit::new(
+                full_key,
+                self.requests_per_unit,
+                self.unit,
+                self.unlimited,
+                self.shadow_mode,
+                self.quota_mode,
+                self.name.clone(),
+                self.replaces.clone(),
+                self.detailed_metric,
+            )
+        }
+    }
+}
+
+/// Whether `value` matches the wildcard pattern split into `parts` at its `*`s (each `*` any
+/// run of characters, the empty one included).
+fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let [first, .., last] = parts else {
+        return parts.first().is_some_and(|p| p == value);
+    };
+    if !value.starts_with(first.as_str()) || !value.ends_with(last.as_str()) {
+        return false;
+    }
+    if value.len() < parts.iter().map(String::len).sum::<usize>() {
+        return false;
+    }
+    let mut remaining = &value[first.len()..value.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        let Some(at) = remaining.find(part.as_str()) else { return false };
+        remaining = &remaining[at + part.len()..];
+    }
+    true
+}
+
+/// The YAML `metadata` map as a `google.protobuf.Struct` (Go's `structpb.NewStruct` over what
+/// `yaml.v2` decoded: numbers as doubles, keys of nested maps printed).
+fn metadata_struct(map: &BTreeMap<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map.iter().map(|(k, v)| (k.clone(), metadata_value(v))).collect(),
+    }
+}
+
+fn metadata_value(value: &Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Sequence(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(metadata_value).collect(),
+        }),
+        Value::Mapping(map) => Kind::StructValue(prost_types::Struct {
+            fields: map.iter().map(|(k, v)| (go_format(k), metadata_value(v))).collect(),
+        }),
+        Value::Tagged(tagged) => return metadata_value(&tagged.value),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+impl Node {
+    /// envoyproxy/ratelimit's `loadDescriptors`: `descriptors` as children of this node, whose
+    /// statistics key is `parent_key` (ending in `.`).
+    fn load(
+        &mut self,
+        file: &str,
+        parent_key: &str,
+        descriptors: &[YamlDescriptor],
+    ) -> Result<(), ConfigError> {
+        for d in descriptors {
+            if d.key.is_empty() {
+                return Err(ConfigError::new(file, "descriptor has empty key"));
+            }
+            let mut final_key = d.key.clone();
+            if !d.value.is_empty() {
+                final_key.push('_');
+                final_key.push_str(&d.value);
+            }
+            let full_key = format!("{parent_key}{final_key}");
+            if self.children.contains_key(&final_key) {
+                return Err(ConfigError::new(
+                    file,
+                    format!("duplicate descriptor composite key '{full_key}'"),
+                ));
+            }
+            let limit = match &d.rate_limit {
+                None => None,
+                Some(r) => {
+                    let unit = Unit::from_name(&r.unit).filter(|&u| u != Unit::Unknown);
+                    if r.unlimited {
+                        if unit.is_some() {
+                            return Err(ConfigError::new(
+                                file,
+                                "should not specify rate limit unit when unlimited",
+                            ));
+                        }
+                    } else if unit.is_none() {
+                        return Err(ConfigError::new(
+                            file,
+                            format!("invalid rate limit unit '{}'", r.unit),
+                        ));
+                    }
+                    for replaces in &r.replaces {
+                        if replaces.name.is_empty() {
+                            return Err(ConfigError::new(
+                                file,
+                                "should not have an empty replaces entry",
+                            ));
+                        }
+                        if replaces.name == r.name {
+                            return Err(ConfigError::new(
+                                file,
+                                "replaces should not contain name of same descriptor",
+                            ));
+                        }
+                    }
+                    Some(RateLimit::new(
+                        full_key.clone(),
+                        r.requests_per_unit,
+                        unit.unwrap_or(Unit::Unknown),
+                        r.unlimited,
+                        d.shadow_mode,
+                        d.quota_mode,
+                        r.name.clone(),
+                        r.replaces.iter().map(|r| r.name.clone()).collect(),
+                        d.detailed_metric,
+                    ))
+                }
+            };
+            let wild = final_key.contains('*');
+            if d.share_threshold && !wild {
+                return Err(ConfigError::new(
+                    file,
+                    format!(
+                        "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
+                    ),
+                ));
+            }
+            if wild {
+                self.wildcards.push(Wildcard {
+                    key: final_key.clone(),
+                    parts: final_key.split('*').map(str::to_owned).collect(),
+                });
+            }
+            let mut child = Node {
+                limit,
+                value_to_metric: d.value_to_metric,
+                share_threshold: d.share_threshold,
+                wildcard_pattern: if d.share_threshold { final_key.clone() } else { String::new() },
+                metadata: d.metadata.as_ref().filter(|m| !m.is_empty()).map(metadata_struct),
+                ..Node::default()
+            };
+            child.load(file, &format!("{full_key}."), &d.descriptors)?;
+            self.children.insert(final_key, child);
+        }
+        Ok(())
+    }
+
+    fn dump(&self, out: &mut String) {
+        if let Some(l) = &self.limit {
+            out.push_str(&format!(
+                "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}\n",
+                l.full_key,
+                l.unit.name(),
+                l.requests_per_unit,
+                l.shadow_mode,
+                l.quota_mode
+            ));
+        }
+        let mut children: Vec<_> = self.children.iter().collect();
+        children.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, child) in children {
+            child.dump(out);
+        }
+    }
+}
+
+impl RateLimitConfig {
+    /// Load `files` in order (envoyproxy/ratelimit's `NewRateLimitConfigImpl`). Two files of
+    /// one domain are an error, unless `merge_domains` (`MERGE_DOMAIN_CONFIG`): then the later
+    /// file's descriptors join the earlier's, and a descriptor both define is an error.
+    pub fn new(files: &[ConfigFile], merge_domains: bool) -> Result<RateLimitConfig, ConfigError> {
+        let mut config = RateLimitConfig::default();
+        for file in files {
+            let root = &file.root;
+            if root.domain.is_empty() {
+                return Err(ConfigError::new(&file.name, "config file cannot have empty domain"));
+            }
+            let parent_key = format!("{}.", root.domain);
+            if let Some(domain) = config.domains.get_mut(&root.domain) {
+                if !merge_domains {
+                    return Err(ConfigError::new(
+                        &file.name,
+                        format!("duplicate domain '{}' in config file", root.domain),
+                    ));
+                }
+                domain.load(&file.name, &parent_key, &root.descriptors)?;
+                continue;
+            }
+            let mut domain = Node::default();
+            domain.load(&file.name, &parent_key, &root.descriptors)?;
+            config.domains.insert(root.domain.clone(), domain);
+        }
+        Ok(config)
+    }
+
+    /// Whether no domain is configured.
+    pub fn is_empty(&self) -> bool {
+        self.domains.is_empty()
+    }
+
+    /// Whether `domain` is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// Every limit, one line each (`domain.key_value: unit=SECOND requests_per_unit=5,
+    /// shadow_mode: false, quota_mode: false`), domains and keys in byte order.
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        let mut domains: Vec<_> = self.domains.iter().collect();
+        domains.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, node) in domains {
+            node.dump(&mut out);
+        }
+        out
+    }
+
+    /// The limit of `descriptor` in `domain` (envoyproxy/ratelimit's `GetLimit`): `None` for an
+    /// unknown domain, and where no limit applies.
+    ///
+    /// A descriptor carrying a limit override (in a known domain) gets it as is. Otherwise the
+    /// entries walk the tree level by level: at each level the exact `key_value`, else the
+    /// first wildcard of that level (in configuration order) that matches `key_value`, else
+    /// `key` alone; never backtracking. A limit applies when the node of the last entry has one.
+    pub fn get_limit(&self, domain: &str, descriptor: &RateLimitDescriptor) -> Option<RateLimit> {
+        let root = self.domains.get(domain)?;
+        if let Some(limit) = &descriptor.limit {
+            return Some(RateLimit::new(
+                descriptor_key(domain, descriptor),
+                limit.requests_per_unit,
+                Unit::try_from(limit.unit).unwrap_or(Unit::Unknown),
+                false,
+                false,
+                false,
+                String::new(),
+                Vec::new(),
+                false,
+            ));
+        }
+        let entries = &descriptor.entries;
+        let mut level = &root.children;
+        let mut prev = root;
+        let mut detailed_key = domain.to_owned();
+        let mut value_key = domain.to_owned();
+        let mut share_patterns: BTreeMap<usize, String> = BTreeMap::new();
+        let mut rate_limit: Option<RateLimit> = None;
+
+        for (i, entry) in entries.iter().enumerate() {
+            let key_value = format!("{}_{}", entry.key, entry.value);
+            detailed_key.push('.');
+            detailed_key.push_str(&key_value);
+
+            let mut next = level.get(&key_value);
+            let mut matched_wildcard: Option<&str> = None;
+            if next.is_none() {
+                if let Some(w) =
+                    prev.wildcards.iter().find(|w| wildcard_match(&w.parts, &key_value))
+                {
+                    next = level.get(&w.key);
+                    matched_wildcard = Some(&w.key);
+                }
+            }
+            let matched_using_value = next.is_some();
+            if next.is_none() {
+                next = level.get(&entry.key);
+            }
+
+            let key_prefix = format!("{}_", entry.key);
+            if let (Some(_), Some(n)) = (matched_wildcard, next) {
+                if n.share_threshold && !n.wildcard_pattern.is_empty() {
+                    let pattern =
+                        n.wildcard_pattern.strip_prefix(&key_prefix).unwrap_or(&n.wildcard_pattern);
+                    share_patterns.insert(i, pattern.to_owned());
+                }
+            }
+
+            value_key.push('.');
+            value_key.push_str(&entry.key);
+            if let Some(n) = next {
+                let share = share_patterns.get(&i).filter(|p| !p.is_empty());
+                let value: &str = match (matched_wildcard, share) {
+                    (Some(_), Some(pattern)) => pattern,
+                    (Some(_), None) if n.value_to_metric => &entry.value,
+                    (Some(wild), None) => wild.strip_prefix(&key_prefix).unwrap_or(wild),
+                    (None, _) if matched_using_value || n.value_to_metric => &entry.value,
+                    (None, _) => "",
+                };
+                if !value.is_empty() {
+                    value_key.push('_');
+                    value_key.push_str(value);
+                }
+            }
+
+            if let Some(limit) = next.and_then(|n| n.limit.as_ref()) {
+                if i == entries.len() - 1 {
+                    let mut matched = limit.clone();
+                    matched.metadata = next.and_then(|n| n.metadata.clone());
+                    if !share_patterns.is_empty() {
+                        let mut patterns = vec![String::new(); entries.len()];
+                        for (&at, pattern) in &share_patterns {
+                            patterns[at] = pattern.clone();
+                        }
+                        matched.share_threshold_key_pattern = Some(patterns);
+                    }
+                    rate_limit = Some(matched);
+                }
+            }
+
+            match next {
+                Some(n) if !n.children.is_empty() => {
+                    level = &n.children;
+                    prev = n;
+                }
+                _ => {
+                    if let Some(limit) = rate_limit.as_mut().filter(|l| l.detailed_metric) {
+                        *limit = limit.rekeyed(limit.full_key.clone());
+                    }
+                    break;
+                }
+            }
+        }
+
+        let mut limit = rate_limit?;
+        if limit.detailed_metric {
+            let patterns = limit.share_threshold_key_pattern.clone().filter(|p| !p.is_empty());
+            let full_key = match patterns {
+                Some(patterns) => {
+                    let mut key = domain.to_owned();
+                    for (i, entry) in entries.iter().enumerate() {
+                        key.push('.');
+                        key.push_str(&entry.key);
+                        match patterns.get(i).filter(|p| !p.is_empty()) {
+                            Some(pattern) => {
+                                key.push('_');
+                                key.push_str(pattern);
+                            }
+                            None if !entry.value.is_empty() => {
+                                key.push('_');
+                                key.push_str(&entry.value);
+                            }
+                            None => {}
+                        }
+                    }
+                    key
+                }
+                None => detailed_key,
+            };
+            limit.full_key = full_key;
+        } else if value_key != limit.full_key {
+            limit = limit.rekeyed(value_key);
+        }
+        Some(limit)
+    }
+}
+
+/// The statistics key of a descriptor with a limit override: `domain.k1_v1.k2` (a value only
+/// where there is one).
+fn descriptor_key(domain: &str, descriptor: &RateLimitDescriptor) -> String {
+    let mut key = format!("{domain}.");
+    for (i, entry) in descriptor.entries.iter().enumerate() {
+        if i > 0 {
+            key.push('.');
+        }
+        key.push_str(&entry.key);
+        if !entry.value.is_empty() {
+            key.push('_');
+            key.push_str(&entry.value);
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(pattern: &str) -> Vec<String> {
+        pattern.split('*').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn wildcards() {
+        let cases = [
+            ("foo*", "foo", true),
+            ("foo*", "foobar", true),
+            ("foo*", "fo", false),
+            ("bar*b", "barb", true),
+            ("bar*b", "bar123b", true),
+            ("bar*b", "bara", false),
+            ("bar*b", "xbarb", false),
+            ("a*a", "a", false),
+            ("foo*bar*baz", "foobarbaz", true),
+            ("foo*bar*baz", "foo123baz", false),
+            ("*", "", true),
+            ("*x*", "abc", false),
+            ("*x*", "axc", true),
+            ("plain", "plain", true),
+            ("plain", "plainer", false),
+        ];
+        for (pattern, value, expected) in cases {
+            assert_eq!(wildcard_match(&parts(pattern), value), expected, "{pattern} ~ {value}");
+        }
+    }
+
+    #[test]
+    fn go_formats() {
+        let v: Value = serde_yaml_ng::from_str("[0.25, 1, true, a, ~, 2.0, [x, y]]").unwrap();
+        let Value::Sequence(items) = v else { panic!() };
+        let printed: Vec<String> = items.iter().map(go_format).collect();
+        assert_eq!(printed, ["0.25", "1", "true", "a", "<nil>", "2", "[x y]"]);
+    }
+}

@@ -1,0 +1,15 @@
+//! The parts of an Envoy rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) that
+//! read envoyproxy/ratelimit's configuration as that service reads it:
+//!
+//! - [`proto`]: the service's messages, field for field as Envoy's API declares them;
+//! - [`config`]: the YAML files (one per domain), checked with the Go service's error messages,
+//!   and the lookup of a request descriptor's limit (exact values, wildcards in configuration
+//!   order, key-only defaults; statistics keys with `detailed_metric`, `value_to_metric` and
+//!   `share_threshold`).
+//!
+//! `tests/go_config.rs` ports envoyproxy/ratelimit's `test/config` suite case for case, with its
+//! fixtures; the crate README lists each case and every difference.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod proto;
