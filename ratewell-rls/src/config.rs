@@ -231,11 +231,7 @@ fn go_format(value: &Value) -> String {
 /// envoyproxy/ratelimit's `validateYamlKeys`: every mapping key a string among
 /// [`VALID_KEYS`], every list a list of mappings, every leaf a string, an integer, a boolean or
 /// null (`metadata` is free-form and not looked into).
-fn validate_keys(
-    file: &str,
-    map: &serde_yaml_ng::Mapping,
-    depth: usize,
-) -> Result<(), ConfigError> {
+fn validate_keys(file: &str, map: &serde_yaml_ng::Mapping) -> Result<(), ConfigError> {
     for (key, value) in map {
         let Value::String(key) = key else {
             return Err(ConfigError::new(
@@ -249,12 +245,12 @@ fn validate_keys(
         if key == "metadata" {
             continue;
         }
-        validate_value(file, value, depth)?;
+        validate_value(file, value)?;
     }
     Ok(())
 }
 
-fn validate_value(file: &str, value: &Value, depth: usize) -> Result<(), ConfigError> {
+fn validate_value(file: &str, value: &Value) -> Result<(), ConfigError> {
     match value {
         Value::Sequence(items) => {
             for item in items {
@@ -267,11 +263,11 @@ fn validate_value(file: &str, value: &Value, depth: usize) -> Result<(), ConfigE
                         ),
                     ));
                 };
-                validate_keys(file, map, depth + 1)?;
+                validate_keys(file, map)?;
             }
             Ok(())
         }
-        Value::Mapping(map) => validate_keys(file, map, depth + 1),
+        Value::Mapping(map) => validate_keys(file, map),
         Value::String(_) | Value::Bool(_) | Value::Null => Ok(()),
         // Go's `int`: what yaml.v2 decodes an integer to when it fits in 64 signed bits.
         Value::Number(n) if n.is_i64() => Ok(()),
@@ -290,7 +286,7 @@ impl ConfigFile {
         match &value {
             // An empty file is an empty mapping (so: no domain).
             Value::Null => {}
-            Value::Mapping(map) => validate_keys(name, map, 0)?,
+            Value::Mapping(map) => validate_keys(name, map)?,
             other => {
                 return Err(ConfigError::new(
                     name,
