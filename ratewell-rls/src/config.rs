@@ -653,8 +653,8 @@ impl RateLimitConfig {
             ));
         }
         let entries = &descriptor.entries;
-        let mut level = &root.children;
-        let mut prev = root;
+        // The node whose children the next entry is looked up in (the domain, then each match).
+        let mut node = root;
         let mut detailed_key = domain.to_owned();
         let mut value_key = domain.to_owned();
         let mut share_patterns: BTreeMap<usize, String> = BTreeMap::new();
@@ -665,19 +665,19 @@ impl RateLimitConfig {
             detailed_key.push('.');
             detailed_key.push_str(&key_value);
 
-            let mut next = level.get(&key_value);
+            let mut next = node.children.get(&key_value);
             let mut matched_wildcard: Option<&str> = None;
             if next.is_none() {
                 if let Some(w) =
-                    prev.wildcards.iter().find(|w| wildcard_match(&w.parts, &key_value))
+                    node.wildcards.iter().find(|w| wildcard_match(&w.parts, &key_value))
                 {
-                    next = level.get(&w.key);
+                    next = node.children.get(&w.key);
                     matched_wildcard = Some(&w.key);
                 }
             }
             let matched_using_value = next.is_some();
             if next.is_none() {
-                next = level.get(&entry.key);
+                next = node.children.get(&entry.key);
             }
 
             let key_prefix = format!("{}_", entry.key);
@@ -723,8 +723,7 @@ impl RateLimitConfig {
 
             match next {
                 Some(n) if !n.children.is_empty() => {
-                    level = &n.children;
-                    prev = n;
+                    node = n;
                 }
                 _ => {
                     if let Some(limit) = rate_limit.as_mut().filter(|l| l.detailed_metric) {
