@@ -104,7 +104,7 @@ mod word;
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 
 pub use decision::{Decision, Outcome};
-pub use keyed::{CapacityError, KeyedLimiter, Metrics, OnFull, Prehashed};
+pub use keyed::{CapacityError, Charge, KeyedLimiter, Metrics, OnFull, PolicyId, Prehashed};
 pub use keyed::{IpKey, IpPrefixes};
 pub use layered::{
     Absent, KeyCountError, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter,

@@ -18,7 +18,7 @@ pub use self::table::{CapacityError, OnFull};
 
 use self::counts::Counts;
 use self::log_table::LogTable;
-use self::registry::{Locked, Policies, Registry};
+use self::registry::{Locked, Pinned, Policies, Registry};
 use self::table::{MAX_CAPACITY, Table, TableStats};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
@@ -187,6 +187,26 @@ impl Receipt {
     fn of(hash: u64, idx: u8, charge: Option<(u64, u64)>, cost: u32) -> Option<Self> {
         charge.map(|(before, after)| Receipt { hash, idx, before, after, cost })
     }
+}
+
+/// A policy registered with a keyed limiter ([`KeyedLimiter::register`]), for decisions that
+/// name their policy per call ([`KeyedLimiter::check_with`]). Not `Clone`: it is handed back
+/// once, to [`KeyedLimiter::release`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct PolicyId {
+    idx: u8,
+    word: u32,
+    /// Which limiter registered it (the address of its registry's slots, stable for its life).
+    owner: usize,
+}
+
+/// An admission made by [`KeyedLimiter::take_with`], which [`KeyedLimiter::refund`] takes
+/// back: what several decisions that stand or fall together need when a later one rejects.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an admission is kept unless refunded; drop the charge to keep it"]
+pub struct Charge {
+    receipt: Receipt,
+    owner: usize,
 }
 
 /// Requests of a batch hashed and prefetched together (see [`KeyedLimiter::BATCH_GROUP`]).
@@ -753,6 +773,163 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             rejected,
             refunds: self.refunds.load(std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// Register `policy` for decisions that name it per call, and return its id: the way to
+    /// decide keys of one table under many policies chosen per request (a rate limit service
+    /// whose rules each carry their own limit). Registering a policy registered already returns
+    /// the same slot again; each id is handed back once to [`release`](Self::release).
+    ///
+    /// A key decided under a policy other than the one it is stored under is first converted to
+    /// it, keeping what it consumed, as [`set_policy`](Self::set_policy) converts keys: a rule
+    /// whose limit changes does not hand its keys a fresh budget. The registered policies, the
+    /// default and the overrides share the limiter's 255 slots; fails when they are taken, or if
+    /// the policy's kind differs from the limiter's (a sliding log and the one-word algorithms
+    /// do not share a table).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
+    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
+    /// let per_minute = limiter.register(&p("fixed-window limit=3 window=1m"))?;
+    /// let per_hour = limiter.register(&p("fixed-window limit=100 window=1h"))?;
+    /// assert_eq!(limiter.check_with("alice", &per_minute, 3).remaining(), 0);
+    /// assert!(!limiter.check_with("alice", &per_minute, 1).is_admitted());
+    /// assert_eq!(limiter.check_with("bob", &per_hour, 1).remaining(), 99);
+    /// limiter.release(per_minute);
+    /// limiter.release(per_hour);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn register(&self, policy: &Policy) -> Result<PolicyId, PolicyError> {
+        let (idx, word) = self.registry.pin(policy, &|locked| self.sweep(locked))?;
+        Ok(PolicyId { idx, word, owner: self.owner() })
+    }
+
+    /// Hand back an id from [`register`](Self::register). Once every id of a policy is
+    /// released, its slot is retired: keys stored under it are converted to the policy they are
+    /// next decided under, and the slot is reused when the limiter needs one.
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    pub fn release(&self, id: PolicyId) {
+        self.check_owner(id.owner);
+        self.registry.unpin(id.idx);
+    }
+
+    /// The policy `id` stands for.
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    pub fn policy_of_id(&self, id: &PolicyId) -> Policy {
+        self.check_owner(id.owner);
+        self.registry.policy(id.idx).clone()
+    }
+
+    /// Decide a request of `cost` for `key` under the registered policy `id` (rather than the
+    /// key's own), and take it if admitted. `cost` 0 is treated as 1.
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    #[inline]
+    pub fn check_with(&self, key: &K, id: &PolicyId, cost: u32) -> Decision {
+        self.take_with_inner(key, id, cost, |taken, _| taken.decision)
+    }
+
+    /// [`check_with`](Self::check_with), and if admitted the [`Charge`] that
+    /// [`refund`](Self::refund) takes back: for decisions on several keys that stand or fall
+    /// together (charge each in turn; if one rejects, refund the ones before it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
+    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
+    /// let id = limiter.register(&p("fixed-window limit=5 window=1m"))?;
+    /// let (decision, charge) = limiter.take_with("route", &id, 2);
+    /// assert_eq!(decision.remaining(), 3);
+    /// // Another limit of the same request rejected it: take the charge back.
+    /// limiter.refund(charge.expect("admitted"));
+    /// assert_eq!(limiter.peek_with("route", &id, 1).remaining(), 5);
+    /// # limiter.release(id);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    #[inline]
+    pub fn take_with(&self, key: &K, id: &PolicyId, cost: u32) -> (Decision, Option<Charge>) {
+        let owner = self.owner();
+        self.take_with_inner(key, id, cost, |taken, hash| {
+            let receipt = Receipt::of(hash, taken.idx, taken.charge, cost.max(1));
+            (taken.decision, receipt.map(|receipt| Charge { receipt, owner }))
+        })
+    }
+
+    #[inline]
+    fn take_with_inner<R>(
+        &self,
+        key: &K,
+        id: &PolicyId,
+        cost: u32,
+        report: impl FnOnce(Taken, u64) -> R,
+    ) -> R {
+        self.check_owner(id.owner);
+        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
+        let hash = self.hasher.hash_one(key);
+        let now = self.floor.now(&self.clock);
+        let taken: Taken =
+            with_store!(self, store => store.decide::<Taken, _>(&pinned, hash, now, cost.max(1)));
+        self.counts.record(taken.decision.is_admitted());
+        report(taken, hash)
+    }
+
+    /// [`peek_n`](Self::peek_n) under the registered policy `id`: the key's state as it is,
+    /// taking nothing. A key stored under another policy is converted to `id`'s first, as the
+    /// next [`check_with`](Self::check_with) would.
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    pub fn peek_with(&self, key: &K, id: &PolicyId, cost: u32) -> Decision {
+        self.check_owner(id.owner);
+        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
+        let hash = self.hasher.hash_one(key);
+        let now = self.floor.now(&self.clock);
+        with_store!(self, store => store.peek(&pinned, hash, now, cost.max(1)))
+    }
+
+    /// Take back an admission made by [`take_with`](Self::take_with) (counted in
+    /// [`Metrics::refunds`]). Right after its charge this restores the key's state exactly;
+    /// later it gives back what of the charge is still outstanding, never more (see
+    /// `SEMANTICS.md`, *Layered limits*). A key evicted, reset or moved to another policy since
+    /// has nothing to take back.
+    ///
+    /// # Panics
+    ///
+    /// If `charge` was taken from another limiter.
+    pub fn refund(&self, charge: Charge) {
+        self.check_owner(charge.owner);
+        let now = self.floor.now(&self.clock);
+        self.refund_at(&charge.receipt, now);
+    }
+
+    /// Which limiter this is, for its ids and charges.
+    fn owner(&self) -> usize {
+        self.registry.id()
+    }
+
+    #[inline]
+    fn check_owner(&self, owner: usize) {
+        assert!(owner == self.owner(), "a policy id or charge of another KeyedLimiter");
     }
 
     /// The candidate buckets of `key` in a one-word table, for the loom models (which need keys

@@ -56,6 +56,46 @@ pub(crate) trait Policies {
     fn resolve(&self, fp: u64) -> (u8, u32);
     /// `true` if slot `idx` still has the word `resolve` gave: it may be stored in a key.
     fn still(&self, idx: u8, word: u32) -> bool;
+    /// Whether a key stored under slot `idx` is decided under it as it is: always, except for a
+    /// decision under a pinned policy ([`Pinned`]), which first moves a key stored under any
+    /// other slot to its own.
+    #[inline(always)]
+    fn wants(&self, idx: u8) -> bool {
+        let _ = idx;
+        true
+    }
+}
+
+/// The registry as a decision under a registered policy sees it (`KeyedLimiter::check_with`):
+/// every key resolves to slot `idx`, and a key stored under another slot is converted to it
+/// first, keeping what it consumed. The slot stays assigned while its [`PolicyId`] is held
+/// (it is pinned), so `resolve` never names a retired slot.
+///
+/// [`PolicyId`]: crate::PolicyId
+pub(crate) struct Pinned<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) idx: u8,
+    pub(crate) word: u32,
+}
+
+impl Policies for Pinned<'_> {
+    #[inline(always)]
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        self.registry.algorithm(idx)
+    }
+    fn previous(&self, idx: u8) -> Option<&Algorithm> {
+        self.registry.previous(idx)
+    }
+    fn resolve(&self, _fp: u64) -> (u8, u32) {
+        (self.idx, self.word)
+    }
+    fn still(&self, idx: u8, word: u32) -> bool {
+        self.registry.still(idx, word)
+    }
+    #[inline(always)]
+    fn wants(&self, idx: u8) -> bool {
+        idx == self.idx
+    }
 }
 
 /// Positions below this are in the arena's first, inline array: a decision on them costs what
@@ -133,11 +173,16 @@ pub(crate) struct Registry {
 enum Role {
     Default,
     Override,
+    /// Registered for decisions that name it (`KeyedLimiter::register`), held while any
+    /// registration is.
+    Pinned,
 }
 
 struct Admin {
     overrides: HashMap<u64, u8>,
     roles: [Option<Role>; 256],
+    /// Per slot, the registrations of a pinned policy not yet released.
+    pins: [u32; 256],
     /// Arena positions in use, and each distinct policy's (by its canonical text).
     arena_len: u32,
     positions: HashMap<String, u32>,
@@ -186,6 +231,7 @@ impl Registry {
             admin: Mutex::new(Admin {
                 overrides: HashMap::new(),
                 roles: [None; 256],
+                pins: [0; 256],
                 arena_len: 0,
                 positions: HashMap::new(),
                 log_kind: is_log(policy),
@@ -247,7 +293,8 @@ impl Registry {
         let too_many = || {
             PolicyError::new(
                 policy.to_string(),
-                "at most 255 distinct policies in use at once (the default and the overrides)",
+                "at most 255 distinct policies in use at once (the default, the overrides and the \
+                 registered ones)",
             )
         };
         let pos = self.position(admin, policy).ok_or_else(too_many)?;
@@ -284,9 +331,10 @@ impl Registry {
         Ok(free as u8)
     }
 
-    /// Retire slot `idx` if neither the default nor an override uses it.
+    /// Retire slot `idx` if neither the default, an override nor a registration uses it.
     fn retire_unused(&self, admin: &Admin, idx: u8) {
         if idx != self.default.load(Ordering::Relaxed)
+            && admin.pins[usize::from(idx)] == 0
             && !admin.overrides.values().any(|&i| i == idx)
         {
             self.slots[usize::from(idx)].fetch_or(RETIRED, Ordering::AcqRel);
@@ -335,6 +383,31 @@ impl Registry {
             self.retire_unused(&admin, old);
         }
         Ok(())
+    }
+
+    /// Pin `policy` to a slot for decisions that name it: the slot and its word, which stay
+    /// as they are until as many [`unpin`](Self::unpin)s.
+    pub(crate) fn pin(&self, policy: &Policy, sweep: &Sweep<'_>) -> Result<(u8, u32), PolicyError> {
+        let mut admin = self.admin();
+        let idx = self.register(&mut admin, policy, Role::Pinned, sweep)?;
+        admin.pins[usize::from(idx)] += 1;
+        Ok((idx, self.slots[usize::from(idx)].load(Ordering::Acquire)))
+    }
+
+    /// Release one pin of slot `idx`; the last retires the slot (its keys are converted to the
+    /// policy they resolve to when they are next decided, or when the slot is reused).
+    pub(crate) fn unpin(&self, idx: u8) {
+        let mut admin = self.admin();
+        let pins = &mut admin.pins[usize::from(idx)];
+        *pins = pins.saturating_sub(1);
+        if *pins == 0 {
+            self.retire_unused(&admin, idx);
+        }
+    }
+
+    /// This registry's identity: the address of its slots, fixed for its life.
+    pub(crate) fn id(&self) -> usize {
+        std::ptr::from_ref::<[AtomicU32; 256]>(&self.slots) as usize
     }
 
     /// Slots assigned now (live or retired).

@@ -496,7 +496,8 @@ impl Table {
                     None => continue,
                 }
             };
-            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+            let idx = (key >> FP_BITS) as u8;
+            let Some(algorithm) = policies.algorithm(idx).filter(|_| policies.wants(idx)) else {
                 self.migrate_at(policies, place, now);
                 continue;
             };
@@ -789,9 +790,12 @@ impl Store for Table {
     fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R {
         let place = self.place(hash);
         if let Some((slot, key)) = self.find_in(place, place.b1) {
-            if let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) {
-                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
-                    return report;
+            let idx = (key >> FP_BITS) as u8;
+            if policies.wants(idx) {
+                if let Some(algorithm) = policies.algorithm(idx) {
+                    if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
+                        return report;
+                    }
                 }
             }
         }
@@ -826,7 +830,8 @@ impl Store for Table {
         }
         for (found, &(hash, cost)) in found.iter().zip(group) {
             let report = found.and_then(|(slot, key)| {
-                let algorithm = policies.algorithm((key >> FP_BITS) as u8)?;
+                let idx = (key >> FP_BITS) as u8;
+                let algorithm = policies.algorithm(idx).filter(|_| policies.wants(idx))?;
                 self.apply(algorithm, slot, key, now, cost)
             });
             each(report.unwrap_or_else(|| self.decide_slow(policies, hash, now, cost)));
@@ -843,7 +848,8 @@ impl Store for Table {
                 let Some(algorithm) = policies.algorithm(idx) else { continue };
                 return algorithm.peek(0, now, cost);
             };
-            let Some(algorithm) = policies.algorithm((key >> FP_BITS) as u8) else {
+            let idx = (key >> FP_BITS) as u8;
+            let Some(algorithm) = policies.algorithm(idx).filter(|_| policies.wants(idx)) else {
                 self.migrate_at(policies, place, now);
                 continue;
             };
