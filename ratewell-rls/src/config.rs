@@ -618,6 +618,21 @@ impl RateLimitConfig {
         self.domains.contains_key(domain)
     }
 
+    /// Every limit the configuration defines, in no particular order.
+    pub fn limits(&self) -> Vec<&RateLimit> {
+        fn walk<'a>(node: &'a Node, out: &mut Vec<&'a RateLimit>) {
+            out.extend(node.limit.as_ref());
+            for child in node.children.values() {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        for node in self.domains.values() {
+            walk(node, &mut out);
+        }
+        out
+    }
+
     /// Every limit, one line each (`domain.key_value: unit=SECOND requests_per_unit=5,
     /// shadow_mode: false, quota_mode: false`), domains and keys in byte order.
     pub fn dump(&self) -> String {

@@ -11,5 +11,15 @@
 //! fixtures; the crate README lists each case and every difference.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod config;
+pub mod grpc;
+pub mod json;
+pub mod memory;
+mod metadata;
 pub mod proto;
+pub mod runtime;
+pub mod server;
+pub mod service;
+pub mod settings;
+pub mod stats;

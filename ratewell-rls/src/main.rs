@@ -1,0 +1,71 @@
+//! `ratewell-rls`: the Envoy rate limit service, configured by environment variables as
+//! envoyproxy/ratelimit is (`--help` lists them).
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use ratewell_rls::clock::EpochClock;
+use ratewell_rls::settings::{Settings, help};
+
+fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{}", help());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(arg) = std::env::args().nth(1) {
+        eprintln!(
+            "ratewell-rls: unknown argument {arg:?} (the settings are environment variables: see --help)"
+        );
+        return ExitCode::from(2);
+    }
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let settings = match Settings::from_env(&env) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("ratewell-rls: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ratewell-rls: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let running = match ratewell_rls::server::start(settings, EpochClock::new()).await {
+            Ok(running) => running,
+            Err(e) => {
+                eprintln!("ratewell-rls: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // Tests read these lines to find the ports they asked the system for (port 0).
+        eprintln!(
+            "ratewell-rls listening: grpc={} http={} debug={}",
+            running.grpc, running.http, running.debug
+        );
+        if let Some(addr) = running.prometheus {
+            eprintln!("ratewell-rls listening: prometheus={addr}");
+        }
+        wait_for_signal().await;
+        running.stop().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The in-process store (`BACKEND_TYPE=memory`): one bounded key table of the ratewell engine,
+//! whose keys are decided under the limit their rule or override names, all or nothing across
+//! a request's descriptors.
+//!
+//! Each distinct limit (`requests_per_unit` per `unit`) is a policy registered with the table
+//! ([`KeyedLimiter::register`]): `fixed-window limit=N window=<unit>`, its windows aligned on the
+//! clock's zero, which [`EpochClock`](crate::clock::EpochClock) puts on the Unix epoch. A
+//! request charges its descriptors in order ([`KeyedLimiter::take_with`]); if the request is
+//! denied, every charge is taken back ([`KeyedLimiter::refund`]) before it answers.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Policy, PolicyId};
+
+use crate::config::RateLimitConfig;
+use crate::proto::{Entry, Unit};
+
+/// The most distinct limits one configuration may use: each takes a policy slot of the table
+/// (255 in all), and a reload holds the old configuration's and the new one's at once.
+pub const MAX_CONFIG_LIMITS: usize = 100;
+/// The most distinct limit overrides (`requests_per_unit` per `unit` sent by Envoy) held at
+/// once; one no request uses any more is dropped when a new one needs its place.
+pub const MAX_OVERRIDE_LIMITS: usize = 50;
+
+/// A limit as the store decides it: so many requests per unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Quota {
+    /// Requests per unit (0: every request with a cost is over the limit).
+    pub requests_per_unit: u32,
+    /// The unit, the length of the fixed window.
+    pub unit: Unit,
+}
+
+impl Quota {
+    /// The window's length in nanoseconds (`None` for [`Unit::Unknown`]).
+    pub fn window_ns(self) -> Option<u64> {
+        self.unit.seconds().map(|s| s * 1_000_000_000)
+    }
+
+    /// The engine's policy for it: `fixed-window limit=N window=Ws` (`None` for 0 requests or
+    /// an unknown unit).
+    fn policy(self) -> Option<Policy> {
+        let seconds = self.unit.seconds()?;
+        if self.requests_per_unit == 0 {
+            return None;
+        }
+        let text = format!("fixed-window limit={} window={seconds}s", self.requests_per_unit);
+        text.parse().ok()
+    }
+}
+
+/// A policy registered with the table, released when the last configuration (or override
+/// cache entry) holding it is dropped.
+struct Registered<C: Clock> {
+    table: Arc<KeyedLimiter<u64, C>>,
+    id: Option<PolicyId>,
+}
+
+impl<C: Clock> Drop for Registered<C> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.table.release(id);
+        }
+    }
+}
+
+/// The policies of one loaded configuration, registered with the store's table.
+pub struct Prepared<C: Clock> {
+    policies: HashMap<Quota, Arc<Registered<C>>>,
+}
+
+impl<C: Clock> std::fmt::Debug for Prepared<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("limits", &self.policies.len()).finish()
+    }
+}
+
+/// One descriptor to decide.
+#[derive(Clone, Copy, Debug)]
+pub struct Check {
+    /// The descriptor's key in the table ([`MemoryStore::key`]).
+    pub key: u64,
+    /// Its limit.
+    pub quota: Quota,
+    /// Its cost (0: only read the state).
+    pub cost: u64,
+    /// `shadow_mode`: never rejects.
+    pub shadow: bool,
+    /// `quota_mode` (or the global `QUOTA_MODE`).
+    pub quota_mode: bool,
+}
+
+/// What the store decided for one descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Over the limit: the request's cost does not fit what remains.
+    pub over: bool,
+    /// The cost was taken (the request was admitted and the descriptor had room).
+    pub charged: bool,
+    /// What remains after the request: after the charge if charged, else what there was.
+    pub remaining: u64,
+    /// What was consumed in the window before the request.
+    pub consumed: u64,
+    /// Nanoseconds until the window ends.
+    pub reset_ns: u64,
+}
+
+/// Why the store could not decide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// More distinct limit overrides are in use at once than [`MAX_OVERRIDE_LIMITS`].
+    TooManyOverrides,
+    /// A limit the table cannot register (a unit of `UNKNOWN`, or no slot free).
+    Unregistrable(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::TooManyOverrides => write!(
+                f,
+                "more than {MAX_OVERRIDE_LIMITS} distinct limit overrides are in use at once"
+            ),
+            StoreError::Unregistrable(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Whether a request whose descriptors came out as `items` (over, shadow, quota mode) is
+/// denied: when a descriptor that is neither shadow nor quota mode is over, or when every
+/// quota-mode descriptor is (envoyproxy/ratelimit's overall code, before the global
+/// `SHADOW_MODE`). A shadow descriptor's answer is OK, so it never counts as over;
+/// `extra_quota` counts descriptors without a decision (no limit applies) that are quota mode
+/// under the global `QUOTA_MODE`, never over.
+pub fn denied(items: impl Iterator<Item = (bool, bool, bool)>, extra_quota: usize) -> bool {
+    let (mut quota_total, mut quota_over) = (extra_quota, 0);
+    for (over, shadow, quota) in items {
+        let over = over && !shadow;
+        if quota {
+            quota_total += 1;
+            quota_over += usize::from(over);
+        } else if over {
+            return true;
+        }
+    }
+    quota_total > 0 && quota_total == quota_over
+}
+
+/// The in-process store.
+pub struct MemoryStore<C: Clock> {
+    table: Arc<KeyedLimiter<u64, C>>,
+    hasher: ahash::RandomState,
+    overrides: Mutex<HashMap<Quota, Arc<Registered<C>>>>,
+}
+
+impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").field("capacity", &self.table.capacity()).finish()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// A store for up to `capacity` keys (16 bytes each, allocated now), reading `clock`.
+    pub fn new(capacity: usize, clock: C) -> Result<Self, CapacityError> {
+        // The table's own policy decides no key: every decision names a registered one.
+        let default: Policy = "fixed-window limit=1 window=1s".parse().expect("a valid policy");
+        let table = KeyedLimiter::try_with_clock(&default, capacity, clock)?;
+        Ok(MemoryStore {
+            table: Arc::new(table),
+            hasher: ahash::RandomState::new(),
+            overrides: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The key table (its metrics, its clock).
+    pub fn table(&self) -> &KeyedLimiter<u64, C> {
+        &self.table
+    }
+
+    /// The key a descriptor is counted under: its domain and entries, the value of an entry
+    /// matched by a `share_threshold` wildcard replaced by the pattern (so every value the
+    /// pattern matches shares one count). Unambiguous: each string is hashed with its length.
+    pub fn key(&self, domain: &str, entries: &[Entry], patterns: Option<&[String]>) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        domain.hash(&mut h);
+        for (i, entry) in entries.iter().enumerate() {
+            entry.key.hash(&mut h);
+            match patterns.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
+                Some(pattern) => {
+                    h.write_u8(1);
+                    pattern.hash(&mut h);
+                }
+                None => {
+                    h.write_u8(0);
+                    entry.value.hash(&mut h);
+                }
+            }
+        }
+        h.finish()
+    }
+
+    fn register(&self, quota: Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
+        let Some(policy) = quota.policy() else {
+            if quota.unit.seconds().is_none() {
+                return Err(StoreError::Unregistrable(format!(
+                    "a limit of {} per {} has no window",
+                    quota.requests_per_unit,
+                    quota.unit.name()
+                )));
+            }
+            return Ok(None);
+        };
+        let id =
+            self.table.register(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?;
+        Ok(Some(Arc::new(Registered { table: self.table.clone(), id: Some(id) })))
+    }
+
+    /// Register every limit of `config`, or say why not (more than [`MAX_CONFIG_LIMITS`]
+    /// distinct ones).
+    pub fn prepare(&self, config: &RateLimitConfig) -> Result<Prepared<C>, String> {
+        let mut policies = HashMap::new();
+        for limit in config.limits() {
+            if limit.unlimited {
+                continue;
+            }
+            let quota = Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit };
+            if policies.contains_key(&quota) {
+                continue;
+            }
+            if policies.len() == MAX_CONFIG_LIMITS {
+                return Err(format!(
+                    "a configuration may use at most {MAX_CONFIG_LIMITS} distinct limits (requests_per_unit and unit)"
+                ));
+            }
+            if let Some(registered) = self.register(quota).map_err(|e| e.to_string())? {
+                policies.insert(quota, registered);
+            }
+        }
+        Ok(Prepared { policies })
+    }
+
+    /// The registration of an override's limit: held in a bounded cache, from which one no
+    /// request holds is dropped when a new one needs room.
+    fn override_policy(&self, quota: Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
+        let mut overrides = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = overrides.get(&quota) {
+            return Ok(Some(r.clone()));
+        }
+        if overrides.len() >= MAX_OVERRIDE_LIMITS {
+            overrides.retain(|_, r| Arc::strong_count(r) > 1);
+            if overrides.len() >= MAX_OVERRIDE_LIMITS {
+                return Err(StoreError::TooManyOverrides);
+            }
+        }
+        let registered = self.register(quota)?;
+        if let Some(r) = &registered {
+            overrides.insert(quota, r.clone());
+        }
+        Ok(registered)
+    }
+
+    /// Decide `checks` at one instant, all or nothing: each is charged in turn; then, if the
+    /// request is [`denied`] (`extra_quota` as there), every charge is taken back. One
+    /// [`Outcome`] per check is written to `out` (cleared first). Returns whether the request
+    /// was denied.
+    pub fn decide(
+        &self,
+        prepared: &Prepared<C>,
+        checks: &[Check],
+        extra_quota: usize,
+        out: &mut Vec<Outcome>,
+    ) -> Result<bool, StoreError> {
+        out.clear();
+        let mut held = Vec::new();
+        let mut charges: Vec<Option<Charge>> = Vec::with_capacity(checks.len());
+        let now = self.table.clock().now();
+        for check in checks {
+            let registered = match prepared.policies.get(&check.quota) {
+                Some(r) => Some(r.clone()),
+                None => {
+                    let r = self.override_policy(check.quota)?;
+                    if let Some(r) = &r {
+                        held.push(r.clone());
+                    }
+                    r
+                }
+            };
+            let window = check.quota.window_ns().unwrap_or(1);
+            let reset_ns = window - now % window;
+            let limit = u64::from(check.quota.requests_per_unit);
+            let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) else {
+                // No requests at all: any cost is over, and nothing is counted.
+                let outcome = Outcome {
+                    over: check.cost > 0,
+                    charged: false,
+                    remaining: 0,
+                    consumed: 0,
+                    reset_ns,
+                };
+                out.push(outcome);
+                charges.push(None);
+                continue;
+            };
+            let (outcome, charge) = match u32::try_from(check.cost) {
+                Ok(0) => {
+                    let d = self.table.peek_with(&check.key, id, 1);
+                    let remaining = d.remaining();
+                    (
+                        Outcome {
+                            over: false,
+                            charged: false,
+                            remaining,
+                            consumed: limit.saturating_sub(remaining),
+                            reset_ns,
+                        },
+                        None,
+                    )
+                }
+                Ok(cost) => {
+                    let (d, charge) = self.table.take_with(&check.key, id, cost);
+                    let remaining = d.remaining();
+                    let charged = charge.is_some();
+                    let consumed = limit.saturating_sub(remaining)
+                        - if charged {
+                            u64::from(cost).min(limit.saturating_sub(remaining))
+                        } else {
+                            0
+                        };
+                    (Outcome { over: !charged, charged, remaining, consumed, reset_ns }, charge)
+                }
+                // More than any limit holds: over, and nothing taken.
+                Err(_) => {
+                    let remaining = self.table.peek_with(&check.key, id, 1).remaining();
+                    (
+                        Outcome {
+                            over: true,
+                            charged: false,
+                            remaining,
+                            consumed: limit.saturating_sub(remaining),
+                            reset_ns,
+                        },
+                        None,
+                    )
+                }
+            };
+            out.push(outcome);
+            charges.push(charge);
+        }
+        let items = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
+        let denied = denied(items, extra_quota);
+        if denied {
+            for ((outcome, check), charge) in out.iter_mut().zip(checks).zip(charges) {
+                if let Some(charge) = charge {
+                    self.table.refund(charge);
+                    outcome.charged = false;
+                    outcome.remaining += check.cost;
+                }
+            }
+        }
+        drop(held);
+        Ok(denied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overall_rule() {
+        // (over, shadow, quota)
+        assert!(!denied([(false, false, false)].into_iter(), 0));
+        assert!(denied([(false, false, false), (true, false, false)].into_iter(), 0));
+        assert!(!denied([(true, true, false)].into_iter(), 0), "shadow never rejects");
+        assert!(denied([(true, false, true)].into_iter(), 0), "the only quota descriptor is over");
+        assert!(!denied([(true, false, true), (false, false, true)].into_iter(), 0));
+        assert!(
+            !denied([(true, false, true)].into_iter(), 1),
+            "a quota descriptor without a limit"
+        );
+        assert!(!denied([(true, true, true)].into_iter(), 0), "shadow and quota: OK");
+    }
+}

@@ -1,0 +1,514 @@
+//! The service's settings: envoyproxy/ratelimit's environment variables, read as it reads them
+//! (its `src/settings/settings.go`), and the ones this service adds. Every variable the Go
+//! service reads is either supported, ignored with a startup message that names it, or refused
+//! at startup: never silently ignored ([`Settings::from_env`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::service::{ServiceSettings, default_header_names};
+
+/// What is done with a variable the Go service reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Read, with the Go service's meaning.
+    Supported,
+    /// Accepted and ignored, with a startup message saying why.
+    Ignored(&'static str),
+    /// Refused at startup when set to anything but its default (the message says why).
+    Refused(&'static str),
+}
+
+/// Every variable of envoyproxy/ratelimit's settings, and what this service does with it.
+pub const GO_VARIABLES: &[(&str, Support)] = &[
+    ("HOST", Support::Supported),
+    ("PORT", Support::Supported),
+    ("DEBUG_HOST", Support::Supported),
+    ("DEBUG_PORT", Support::Supported),
+    ("GRPC_HOST", Support::Supported),
+    ("GRPC_PORT", Support::Supported),
+    (
+        "GRPC_UDS",
+        Support::Refused("gRPC on a unix socket is not supported: use GRPC_HOST and GRPC_PORT"),
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        Support::Ignored("connections are kept until the client closes them"),
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        Support::Ignored("connections are kept until the client closes them"),
+    ),
+    ("GRPC_SERVER_USE_TLS", Support::Refused("TLS is not supported: terminate it in a sidecar")),
+    ("GRPC_SERVER_TLS_CERT", Support::Ignored("TLS is not supported")),
+    ("GRPC_SERVER_TLS_KEY", Support::Ignored("TLS is not supported")),
+    ("GRPC_CLIENT_TLS_CACERT", Support::Ignored("TLS is not supported")),
+    ("GRPC_CLIENT_TLS_SAN", Support::Ignored("TLS is not supported")),
+    ("LOG_LEVEL", Support::Supported),
+    ("LOG_FORMAT", Support::Ignored("logs are plain text lines on standard error")),
+    ("CONFIG_TYPE", Support::Refused("only CONFIG_TYPE=FILE is supported (no xDS configuration)")),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", Support::Supported),
+    ("CONFIG_GRPC_XDS_NODE_ID", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_SERVER_URL", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Support::Ignored("no xDS configuration")),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Support::Ignored("no xDS configuration")),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Support::Ignored("no xDS configuration")),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Support::Ignored("no xDS configuration")),
+    ("XDS_CLIENT_BACKOFF_JITTER", Support::Ignored("no xDS configuration")),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Support::Ignored("no xDS configuration")),
+    (
+        "USE_DOG_STATSD",
+        Support::Refused("statsd is not supported: statistics are on Prometheus (USE_PROMETHEUS)"),
+    ),
+    ("USE_DOG_STATSD_MOGRIFIERS", Support::Ignored("statsd is not supported")),
+    (
+        "USE_STATSD",
+        Support::Ignored("statsd is not supported: statistics are on Prometheus (USE_PROMETHEUS)"),
+    ),
+    ("STATSD_HOST", Support::Ignored("statsd is not supported")),
+    ("STATSD_PORT", Support::Ignored("statsd is not supported")),
+    ("EXTRA_TAGS", Support::Ignored("statistics carry no extra tags")),
+    ("STATS_FLUSH_INTERVAL", Support::Ignored("statistics are read live at each scrape")),
+    (
+        "DISABLE_STATS",
+        Support::Ignored("statistics are counted always; not serving them is USE_PROMETHEUS=false"),
+    ),
+    ("USE_PROMETHEUS", Support::Supported),
+    ("PROMETHEUS_ADDR", Support::Supported),
+    ("PROMETHEUS_PATH", Support::Supported),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        Support::Refused(
+            "the metric names are the default mapper's; a custom mapper is not supported",
+        ),
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        Support::Ignored("the response time is in seconds"),
+    ),
+    ("RUNTIME_ROOT", Support::Supported),
+    ("RUNTIME_SUBDIRECTORY", Support::Supported),
+    ("RUNTIME_APPDIRECTORY", Support::Supported),
+    ("RUNTIME_IGNOREDOTFILES", Support::Supported),
+    ("RUNTIME_WATCH_ROOT", Support::Supported),
+    ("EXPIRATION_JITTER_MAX_SECONDS", Support::Ignored("the memory store keeps no expiring keys")),
+    (
+        "LOCAL_CACHE_SIZE_IN_BYTES",
+        Support::Ignored("the memory store decides in process: there is no round trip to cache"),
+    ),
+    ("NEAR_LIMIT_RATIO", Support::Supported),
+    ("CACHE_KEY_PREFIX", Support::Ignored("the memory store's keys are in process")),
+    ("BACKEND_TYPE", Support::Supported),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        Support::Ignored("a denied request charges no descriptor, always"),
+    ),
+    ("LIMIT_RESPONSE_HEADERS_ENABLED", Support::Supported),
+    ("LIMIT_LIMIT_HEADER", Support::Supported),
+    ("LIMIT_REMAINING_HEADER", Support::Supported),
+    ("LIMIT_RESET_HEADER", Support::Supported),
+    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Support::Supported),
+    ("REDIS_SOCKET_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_URL", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_POOL_SIZE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TLS", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TLS_CLIENT_CERT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TLS_CLIENT_KEY", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TLS_CACERT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PIPELINE_WINDOW", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PIPELINE_LIMIT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_URL", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_POOL_SIZE", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_TLS", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_SENTINEL_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_TIMEOUT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_TIMEOUT", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_STARTUP_INITIAL_INTERVAL", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_STARTUP_MAX_INTERVAL", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_STARTUP_MAX_ELAPSED_TIME", Support::Ignored("BACKEND_TYPE is memory")),
+    ("MEMCACHE_HOST_PORT", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_MAX_IDLE_CONNS", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_SRV", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_SRV_REFRESH", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_TLS", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_TLS_CLIENT_CERT", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_TLS_CLIENT_KEY", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_TLS_CACERT", Support::Ignored("no memcache backend")),
+    ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Ignored("no memcache backend")),
+    ("SHADOW_MODE", Support::Supported),
+    ("QUOTA_MODE", Support::Supported),
+    ("RESPONSE_DYNAMIC_METADATA", Support::Supported),
+    ("MERGE_DOMAIN_CONFIG", Support::Supported),
+    ("TRACING_ENABLED", Support::Refused("tracing is not supported")),
+    ("TRACING_SERVICE_NAME", Support::Ignored("tracing is not supported")),
+    ("TRACING_SERVICE_NAMESPACE", Support::Ignored("tracing is not supported")),
+    ("TRACING_SERVICE_INSTANCE_ID", Support::Ignored("tracing is not supported")),
+    ("TRACING_EXPORTER_PROTOCOL", Support::Ignored("tracing is not supported")),
+    ("TRACING_SAMPLING_RATE", Support::Ignored("tracing is not supported")),
+];
+
+/// The variables this service adds.
+pub const OWN_VARIABLES: &[(&str, &str)] = &[
+    (
+        "MEMORY_CAPACITY",
+        "keys the memory store holds (16 bytes each, allocated at start; default 1000000)",
+    ),
+    (
+        "MAX_STATS_KEYS",
+        "distinct per-rule statistics keys kept (default 10000; the rest are counted under key1=\"_overflow\")",
+    ),
+    (
+        "RELOAD_INTERVAL",
+        "how often the configuration directory is checked for changes (default 200ms)",
+    ),
+];
+
+/// The values that a refused variable may still take (its default, or what means "off").
+fn harmless(name: &str, value: &str) -> bool {
+    let v = value.trim();
+    match name {
+        "CONFIG_TYPE" => v.eq_ignore_ascii_case("FILE"),
+        "GRPC_UDS" | "PROMETHEUS_MAPPER_YAML" => v.is_empty(),
+        _ => v.is_empty() || parse_bool(v) == Some(false),
+    }
+}
+
+/// A setting's value that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsError(pub String);
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// The service's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `HOST:PORT`: `/healthcheck` and `POST /json`.
+    pub http: SocketAddr,
+    /// `GRPC_HOST:GRPC_PORT`: the rate limit and health services.
+    pub grpc: SocketAddr,
+    /// `DEBUG_HOST:DEBUG_PORT`: `/rlconfig`.
+    pub debug: SocketAddr,
+    /// `PROMETHEUS_ADDR` and `PROMETHEUS_PATH` when `USE_PROMETHEUS`.
+    pub prometheus: Option<(SocketAddr, String)>,
+    /// The configuration directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
+    pub runtime_root: PathBuf,
+    /// `RUNTIME_SUBDIRECTORY` and `RUNTIME_APPDIRECTORY` joined.
+    pub runtime_dir: PathBuf,
+    /// `RUNTIME_WATCH_ROOT`: watch the root (a symlink swapped to a new directory) rather than
+    /// the files of the directory.
+    pub watch_root: bool,
+    /// `RUNTIME_IGNOREDOTFILES`.
+    pub ignore_dotfiles: bool,
+    /// `MERGE_DOMAIN_CONFIG`.
+    pub merge_domains: bool,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`.
+    pub force_start: bool,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
+    pub healthy_with_config: bool,
+    /// `MEMORY_CAPACITY`.
+    pub memory_capacity: usize,
+    /// `RELOAD_INTERVAL`.
+    pub reload_interval: Duration,
+    /// `LOG_LEVEL`: `debug`, `info`, `warn` (default) or `error`.
+    pub log_level: LogLevel,
+    /// What the service itself reads.
+    pub service: ServiceSettings,
+    /// Startup messages: the variables set that are ignored, and why.
+    pub notices: Vec<String>,
+}
+
+/// How much the service logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Every configuration load and request error.
+    Debug,
+    /// Configuration loads.
+    Info,
+    /// Refused configurations and startup notices.
+    Warn,
+    /// Errors only.
+    Error,
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A Go duration (`10s`, `250ms`, `1h30m`), the subset of units a setting uses.
+pub fn parse_duration(v: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = v.trim();
+    if rest == "0" {
+        return Some(Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().ok()?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += Duration::try_from_secs_f64(number * scale).ok()?;
+        rest = tail;
+    }
+    Some(total)
+}
+
+struct Env<'a>(&'a HashMap<String, String>);
+
+impl Env<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    fn string(&self, name: &str, default: &str) -> String {
+        self.get(name).unwrap_or(default).to_owned()
+    }
+
+    fn flag(&self, name: &str, default: bool) -> Result<bool, SettingsError> {
+        match self.get(name) {
+            None | Some("") => Ok(default),
+            Some(v) => parse_bool(v)
+                .ok_or_else(|| SettingsError(format!("{name}={v}: not a boolean (true or false)"))),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, SettingsError> {
+        match self.get(name) {
+            None | Some("") => Ok(default),
+            Some(v) => {
+                v.trim().parse().map_err(|_| SettingsError(format!("{name}={v}: not a number")))
+            }
+        }
+    }
+
+    fn addr(
+        &self,
+        host: &str,
+        port: &str,
+        defaults: (&str, u16),
+    ) -> Result<SocketAddr, SettingsError> {
+        let h = self.string(host, defaults.0);
+        let p: u16 = self.number(port, defaults.1)?;
+        let ip: std::net::IpAddr =
+            h.parse().map_err(|_| SettingsError(format!("{host}={h}: not an IP address")))?;
+        Ok(SocketAddr::new(ip, p))
+    }
+}
+
+impl Settings {
+    /// Read the settings from `env` (the process's environment, or a test's).
+    pub fn from_env(env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
+        let e = Env(env);
+        let mut notices = Vec::new();
+        let backend = e.string("BACKEND_TYPE", "memory");
+        if !backend.eq_ignore_ascii_case("memory") {
+            return Err(SettingsError(format!(
+                "BACKEND_TYPE={backend}: this build decides in process only (BACKEND_TYPE=memory)"
+            )));
+        }
+        for &(name, support) in GO_VARIABLES {
+            let Some(value) = e.get(name) else { continue };
+            match support {
+                Support::Supported => {}
+                Support::Ignored(why) => notices.push(format!("{name} is ignored: {why}")),
+                Support::Refused(why) if !harmless(name, value) => {
+                    return Err(SettingsError(format!("{name}={value} is not supported: {why}")));
+                }
+                Support::Refused(why) => notices.push(format!("{name} is ignored: {why}")),
+            }
+        }
+        let headers = if e.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)? {
+            let [l, r, t] = default_header_names();
+            Some([
+                e.string("LIMIT_LIMIT_HEADER", &l),
+                e.string("LIMIT_REMAINING_HEADER", &r),
+                e.string("LIMIT_RESET_HEADER", &t),
+            ])
+        } else {
+            None
+        };
+        let ratio: f32 = e.number("NEAR_LIMIT_RATIO", 0.8)?;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(SettingsError(format!("NEAR_LIMIT_RATIO={ratio}: not between 0 and 1")));
+        }
+        let prometheus = if e.flag("USE_PROMETHEUS", false)? {
+            let addr = e.string("PROMETHEUS_ADDR", ":9090");
+            let addr = if addr.starts_with(':') { format!("0.0.0.0{addr}") } else { addr };
+            let addr: SocketAddr = addr
+                .parse()
+                .map_err(|_| SettingsError(format!("PROMETHEUS_ADDR={addr}: not an address")))?;
+            Some((addr, e.string("PROMETHEUS_PATH", "/metrics")))
+        } else {
+            None
+        };
+        let log_level = match e.string("LOG_LEVEL", "WARN").to_ascii_uppercase().as_str() {
+            "DEBUG" | "TRACE" => LogLevel::Debug,
+            "INFO" => LogLevel::Info,
+            "WARN" | "WARNING" => LogLevel::Warn,
+            "ERROR" | "FATAL" | "PANIC" => LogLevel::Error,
+            other => return Err(SettingsError(format!("LOG_LEVEL={other}: not a level"))),
+        };
+        let reload = e.string("RELOAD_INTERVAL", "200ms");
+        let reload_interval = parse_duration(&reload)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| SettingsError(format!("RELOAD_INTERVAL={reload}: not a duration")))?;
+        let runtime_dir = PathBuf::from(e.string("RUNTIME_SUBDIRECTORY", ""))
+            .join(e.string("RUNTIME_APPDIRECTORY", "config"));
+        Ok(Settings {
+            http: e.addr("HOST", "PORT", ("0.0.0.0", 8080))?,
+            grpc: e.addr("GRPC_HOST", "GRPC_PORT", ("0.0.0.0", 8081))?,
+            debug: e.addr("DEBUG_HOST", "DEBUG_PORT", ("0.0.0.0", 6070))?,
+            prometheus,
+            runtime_root: PathBuf::from(e.string("RUNTIME_ROOT", "/srv/runtime_data/current")),
+            runtime_dir,
+            watch_root: e.flag("RUNTIME_WATCH_ROOT", true)?,
+            ignore_dotfiles: e.flag("RUNTIME_IGNOREDOTFILES", false)?,
+            merge_domains: e.flag("MERGE_DOMAIN_CONFIG", false)?,
+            force_start: e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            healthy_with_config: e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            memory_capacity: e.number("MEMORY_CAPACITY", 1_000_000)?,
+            reload_interval,
+            log_level,
+            service: ServiceSettings {
+                shadow_mode: e.flag("SHADOW_MODE", false)?,
+                quota_mode: e.flag("QUOTA_MODE", false)?,
+                near_limit_ratio: ratio,
+                headers,
+                dynamic_metadata: e.flag("RESPONSE_DYNAMIC_METADATA", false)?,
+                max_stats_keys: e.number("MAX_STATS_KEYS", crate::stats::DEFAULT_MAX_STATS_KEYS)?,
+            },
+            notices,
+        })
+    }
+
+    /// The configuration directory (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`).
+    pub fn config_dir(&self) -> PathBuf {
+        self.runtime_root.join(&self.runtime_dir)
+    }
+}
+
+/// What `--help` prints: every variable read, and what is done with the Go service's others.
+pub fn help() -> String {
+    let mut out = String::from(
+        "ratewell-rls: an Envoy rate limit service (envoy.service.ratelimit.v3) that reads\n\
+         envoyproxy/ratelimit's configuration, decided exactly by the ratewell engine.\n\n\
+         Usage: ratewell-rls [--help]\n\n\
+         Configured by environment variables, as envoyproxy/ratelimit is.\n\nSupported:\n",
+    );
+    for (name, support) in GO_VARIABLES {
+        if *support == Support::Supported {
+            out.push_str(&format!("  {name}\n"));
+        }
+    }
+    out.push_str("\nAdded by this service:\n");
+    for (name, what) in OWN_VARIABLES {
+        out.push_str(&format!("  {name}: {what}\n"));
+    }
+    out.push_str("\nRead by envoyproxy/ratelimit and ignored here (named at startup when set):\n");
+    for (name, support) in GO_VARIABLES {
+        if let Support::Ignored(why) = support {
+            out.push_str(&format!("  {name}: {why}\n"));
+        }
+    }
+    out.push_str("\nRefused at startup unless off:\n");
+    for (name, support) in GO_VARIABLES {
+        if let Support::Refused(why) = support {
+            out.push_str(&format!("  {name}: {why}\n"));
+        }
+    }
+    out.push_str("\nBACKEND_TYPE: memory (the default here; envoyproxy/ratelimit's default, redis, is refused by this build).\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_the_go_services() {
+        let s = Settings::from_env(&env(&[])).unwrap();
+        assert_eq!(s.grpc.port(), 8081);
+        assert_eq!(s.http.port(), 8080);
+        assert_eq!(s.debug.port(), 6070);
+        assert_eq!(s.config_dir(), PathBuf::from("/srv/runtime_data/current/config"));
+        assert!(s.watch_root && s.prometheus.is_none() && s.notices.is_empty());
+    }
+
+    #[test]
+    fn unsupported_variables_are_named() {
+        let s = Settings::from_env(&env(&[
+            ("USE_STATSD", "true"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "100"),
+        ]))
+        .unwrap();
+        assert_eq!(s.notices.len(), 2);
+        assert!(
+            s.notices[0].starts_with("LOCAL_CACHE_SIZE_IN_BYTES is ignored")
+                || s.notices[1].starts_with("LOCAL_CACHE_SIZE_IN_BYTES is ignored")
+        );
+        let e = Settings::from_env(&env(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])).unwrap_err();
+        assert!(e.0.contains("CONFIG_TYPE=GRPC_XDS_SOTW is not supported"), "{e}");
+        assert!(Settings::from_env(&env(&[("CONFIG_TYPE", "FILE")])).is_ok());
+        assert!(Settings::from_env(&env(&[("TRACING_ENABLED", "false")])).is_ok());
+        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis")])).unwrap_err();
+        assert!(e.0.contains("BACKEND_TYPE=redis"), "{e}");
+        let e = Settings::from_env(&env(&[("SHADOW_MODE", "yes")])).unwrap_err();
+        assert_eq!(e.0, "SHADOW_MODE=yes: not a boolean (true or false)");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("10 parsecs"), None);
+    }
+}
