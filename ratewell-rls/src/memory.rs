@@ -181,11 +181,27 @@ impl<C: Clock> MemoryStore<C> {
         &self.table
     }
 
-    /// The key a descriptor is counted under: its domain and entries, the value of an entry
-    /// matched by a `share_threshold` wildcard replaced by the pattern (so every value the
-    /// pattern matches shares one count). Unambiguous: each string is hashed with its length.
-    pub fn key(&self, domain: &str, entries: &[Entry], patterns: Option<&[String]>) -> u64 {
+    /// The key a descriptor is counted under: its domain and entries (the value of an entry
+    /// matched by a `share_threshold` wildcard replaced by the pattern, so every value the
+    /// pattern matches shares one count), and its window's length. A request's limit override
+    /// counts under its own key, its `requests_per_unit` in it too, so that no two limits of one
+    /// request share a key. Unambiguous: each string is hashed with its length.
+    ///
+    /// So a reload that changes a rule's `requests_per_unit` keeps what its keys consumed (they
+    /// are converted), and one that changes its unit starts them afresh in the new windows.
+    pub fn key(
+        &self,
+        domain: &str,
+        entries: &[Entry],
+        patterns: Option<&[String]>,
+        quota: Quota,
+        overridden: bool,
+    ) -> u64 {
         let mut h = self.hasher.build_hasher();
+        quota.unit.seconds().hash(&mut h);
+        if overridden {
+            quota.requests_per_unit.hash(&mut h);
+        }
         domain.hash(&mut h);
         for (i, entry) in entries.iter().enumerate() {
             entry.key.hash(&mut h);
@@ -281,13 +297,19 @@ impl<C: Clock> MemoryStore<C> {
         for check in checks {
             let registered = match prepared.policies.get(&check.quota) {
                 Some(r) => Some(r.clone()),
-                None => {
-                    let r = self.override_policy(check.quota)?;
-                    if let Some(r) = &r {
-                        held.push(r.clone());
+                None => match self.override_policy(check.quota) {
+                    Ok(r) => {
+                        held.extend(r.clone());
+                        r
                     }
-                    r
-                }
+                    Err(e) => {
+                        // Nothing of an undecided request stays charged.
+                        for charge in charges.into_iter().flatten() {
+                            self.table.refund(charge);
+                        }
+                        return Err(e);
+                    }
+                },
             };
             let window = check.quota.window_ns().unwrap_or(1);
             let reset_ns = window - now % window;

@@ -302,14 +302,17 @@ impl<C: Clock> RateLimitService<C> {
                 )));
             }
             let cost = hits(request, descriptor);
+            let quota = Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit };
             slot.check = Some(checks.len());
             checks.push(Check {
                 key: self.store.key(
                     &request.domain,
                     &descriptor.entries,
                     limit.share_threshold_key_pattern.as_deref(),
+                    quota,
+                    descriptor.limit.is_some(),
                 ),
-                quota: Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit },
+                quota,
                 cost,
                 shadow: limit.shadow_mode,
                 quota_mode: settings.quota_mode || limit.quota_mode,
