@@ -170,3 +170,142 @@ pub fn no_limit(remaining: u32) -> DescriptorStatus {
 pub fn response(code: Code, statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
     RateLimitResponse { overall_code: code as i32, statuses, ..Default::default() }
 }
+
+/// The `ratewell-rls` binary, started with `env` on free loopback ports; killed when dropped.
+pub struct Binary {
+    child: std::process::Child,
+    pub grpc: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+    pub debug: std::net::SocketAddr,
+    pub prometheus: Option<std::net::SocketAddr>,
+    /// What it wrote to standard error so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Binary {
+    pub fn spawn(env: &[(&str, &str)]) -> Binary {
+        use std::io::BufRead;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratewell-rls"));
+        command
+            .env_clear()
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null());
+        for (k, v) in [
+            ("HOST", "127.0.0.1"),
+            ("PORT", "0"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+            ("RELOAD_INTERVAL", "50ms"),
+            ("MEMORY_CAPACITY", "100000"),
+            ("LOG_LEVEL", "info"),
+        ] {
+            command.env(k, v);
+        }
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("the binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.starts_with("ratewell-rls listening") {
+                    let _ = tx.send(line.clone());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let listening = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", log.lock().unwrap()));
+        let field = |line: &str, name: &str| -> Option<std::net::SocketAddr> {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .map(|a| a.parse().unwrap())
+        };
+        let prometheus =
+            rx.recv_timeout(Duration::from_millis(200)).ok().and_then(|l| field(&l, "prometheus"));
+        Binary {
+            grpc: field(&listening, "grpc").unwrap(),
+            http: field(&listening, "http").unwrap(),
+            debug: field(&listening, "debug").unwrap(),
+            prometheus,
+            child,
+            log,
+        }
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .expect("a connection")
+    }
+
+    /// Whether it logged a line containing `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 exchange on loopback: the status code and body.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, dechunk(&body))
+}
+
+/// The body of a chunked response, or `body` if it is not chunked.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let Some((size, tail)) = rest.split_once("\r\n") else { return body.to_owned() };
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { return body.to_owned() };
+        if size == 0 {
+            return out;
+        }
+        if tail.len() < size {
+            return body.to_owned();
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+}
+
+/// Wait, if need be, until the current window of `unit_s` seconds has at least `margin_s`
+/// seconds left on the wall clock (tests on the real clock that must not straddle a boundary).
+pub async fn clear_of_boundary(unit_s: u64, margin_s: u64) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let into = now.as_secs_f64() % unit_s as f64;
+    let left = unit_s as f64 - into;
+    if left < margin_s as f64 {
+        tokio::time::sleep(Duration::from_secs_f64(left + 0.05)).await;
+    }
+}
