@@ -27,7 +27,11 @@
 -- KEYS: one key per layer (all in one hash slot).
 -- ARGV: now_us ('' = the server's TIME), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
 --       each key's own reset time; else this fixed TTL, for a trace's own clock), then per layer
---       8 fields: algorithm, p1..p6, dry ('1' = dry run). For 'refund' each layer's p6 slot is
+--       8 fields: algorithm, p1..p6, mode. The mode is '0' (enforced: the request is admitted
+--       only if the layer admits it), '1' (dry run: decided and charged if it fits, never
+--       rejecting), 'q' (quota: rejecting only when every quota layer of the call rejects) or
+--       'r' (read: decided, never charged, reported as a peek is), optionally followed by
+--       ':<cost>', the layer's own cost instead of the call's. For 'refund' each layer's p6 slot is
 --       followed by nothing else: the receipt ('after|before': the state the charge stored and
 --       the one it replaced) comes after all the layers, one per layer.
 -- Returns: { now_us, admitted (1/0), per layer: outcome, remaining, reset_ns, wait_ns,
@@ -611,7 +615,7 @@ local function params(base)
     p[9] = divmod(p[5], k)
     p[10] = divmod(p[3], k)
   end
-  return alg, p, A[base + 7] == '1'
+  return alg, p, A[base + 7]
 end
 
 local now
@@ -675,16 +679,29 @@ if op == 'refund' then
   return {now, 1}
 end
 
-local results, states, algs, ps, raws = {}, {}, {}, {}, {}
+-- A layer's mode and cost (see ARGV).
+local function mode_of(flag)
+  local m, c = match(flag, '^([01qr]):(%d+)$')
+  if m then return m, tonumber(c) end
+  return flag, cost
+end
+
+-- Layers are decided in order, and a key named twice sees the charge its earlier layer would
+-- take (`pending`): two limits on one key count twice, as two calls would. Nothing is stored
+-- before every layer is decided.
+local results, states, seen, algs, ps, raws, modes, costs = {}, {}, {}, {}, {}, {}, {}, {}
+local pending = {}
 local all = true
+local quota_total, quota_rejected = 0, 0
 for i = 1, layers do
   local base = 5 + (i - 1) * 8
-  local alg, p, dry = params(base)
+  local alg, p, flag = params(base)
+  local mode, c = mode_of(flag)
   local r
   local st = nil
   if alg == 'log' then
     local bad
-    r, bad = alg_of('log')[1](p, KEYS[i], now, cost, false)
+    r, bad = alg_of('log')[1](p, KEYS[i], now, c, false)
     if bad then return bad end
   else
     local raw = call('GET', KEYS[i])
@@ -693,22 +710,35 @@ for i = 1, layers do
       if not st then return corrupt(KEYS[i], raw) end
       raws[i] = raw
     end
-    r = alg_of(alg)[1](p, st, now, cost)
+    local cur = st
+    if pending[KEYS[i]] then cur = pending[KEYS[i]] end
+    seen[i] = cur
+    r = alg_of(alg)[1](p, cur, now, c)
+    if mode ~= 'r' and r[1] == 0 and r[6] then pending[KEYS[i]] = r[6] end
   end
-  results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p
-  if r[1] ~= 0 and not dry then all = false end
+  results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p; modes[i] = mode; costs[i] = c
+  if mode == '0' then
+    if r[1] ~= 0 then all = false end
+  elseif mode == 'q' then
+    quota_total = quota_total + 1
+    if r[1] ~= 0 then quota_rejected = quota_rejected + 1 end
+  end
 end
+if quota_total > 0 and quota_rejected == quota_total then all = false end
 
--- A peek, and every layer of a request that was not admitted (charged nothing), report the key's
--- state as it is (remaining, reset and replenish before the request): those of an impossible
--- probe, with the request's own outcome and wait.
-if op == 'peek' or not all then
-  local probe = 1099511627776 -- 2^40: above every limit
-  for i = 1, layers do
+-- A peek and every layer of a request that was not admitted (charged nothing) report the key's
+-- state as it is (remaining, reset and replenish before the request); a read layer of an
+-- admitted request, the state it was decided on: those of an impossible probe, with the
+-- request's own outcome and wait.
+local probe = 1099511627776 -- 2^40: above every limit
+for i = 1, layers do
+  if op == 'peek' or not all or modes[i] == 'r' then
     local r = results[i]
     local s
+    local st = states[i]
+    if all and modes[i] == 'r' then st = seen[i] end
     if algs[i] == 'log' then s = alg_of('log')[1](ps[i], KEYS[i], now, probe, false)
-    else s = alg_of(algs[i])[1](ps[i], states[i], now, probe) end
+    else s = alg_of(algs[i])[1](ps[i], st, now, probe) end
     r[2] = s[2]; r[3] = s[3]; r[5] = s[5]
   end
 end
@@ -718,9 +748,9 @@ if all then out[2] = 1 end
 for i = 1, layers do
   local r = results[i]
   local receipt = ''
-  if op == 'take' and all and r[1] == 0 then
+  if op == 'take' and all and r[1] == 0 and modes[i] ~= 'r' then
     if algs[i] == 'log' then
-      r = alg_of('log')[1](ps[i], KEYS[i], now, cost, true)
+      r = alg_of('log')[1](ps[i], KEYS[i], now, costs[i], true)
       receipt = fmt(r[8][1])
     else
       local text = store(KEYS[i], r[6], r[7])

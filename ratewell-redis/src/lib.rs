@@ -65,6 +65,7 @@
 mod keys;
 mod lease;
 mod limiter;
+mod per_call;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod script;
@@ -73,4 +74,5 @@ pub use lease::{LeaseMetrics, Leases};
 pub use limiter::{
     Builder, Error, Failover, FailoverReason, Metrics, Receipt, RedisLimiter, Source, Verdict,
 };
+pub use per_call::{CallDecision, CallItem, CallPolicy, Mode, PerCallLimiter};
 pub use script::DomainError;

@@ -135,8 +135,8 @@ pub struct Metrics {
 }
 
 #[derive(Default)]
-struct Counters {
-    server: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) server: AtomicU64,
     failover_timeout: AtomicU64,
     failover_down: AtomicU64,
     failover_bad_reply: AtomicU64,
@@ -146,7 +146,7 @@ struct Counters {
     refunds: AtomicU64,
 }
 
-fn bump(c: &AtomicU64) {
+pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -248,7 +248,6 @@ impl Builder {
     /// Must be called within a tokio runtime (the reconnect task runs on it).
     pub async fn build(self) -> Result<RedisLimiter, Error> {
         let layers = self.compile()?;
-        let target = self.target?;
         let local = match self.failover {
             Failover::Local { instances } => {
                 let divided = layers
@@ -259,6 +258,30 @@ impl Builder {
             }
             _ => None,
         };
+        Ok(RedisLimiter { shared: self.connect_shared(layers, local).await? })
+    }
+
+    /// Build a limiter whose calls name their own policies, costs and modes
+    /// ([`PerCallLimiter::decide`](crate::PerCallLimiter::decide)), and connect, as
+    /// [`build`](Self::build) does. It takes no layers and has no failover (its caller decides
+    /// what an error means): a builder with layers or `Failover::Local` is [`Error::Layers`].
+    pub async fn build_per_call(self) -> Result<crate::PerCallLimiter, Error> {
+        if !self.layers.is_empty() || matches!(self.failover, Failover::Local { .. }) {
+            return Err(Error::Layers(
+                "a per-call limiter names its policies per call: no layers, no local failover"
+                    .into(),
+            ));
+        }
+        Ok(crate::PerCallLimiter { shared: self.connect_shared(Vec::new(), None).await? })
+    }
+
+    /// Connect, load the script and start the reconnect task.
+    async fn connect_shared(
+        self,
+        layers: Vec<LayerSpec>,
+        local: Option<LayeredLimiter>,
+    ) -> Result<Arc<Shared>, Error> {
+        let target = self.target?;
         let script = redis::Script::new(SOURCE);
         let (conn, up) = connect(&target, self.timeout).await?;
         let shared = Arc::new(Shared {
@@ -304,7 +327,7 @@ impl Builder {
         if !up {
             shared.wake.notify_one();
         }
-        Ok(RedisLimiter { shared })
+        Ok(shared)
     }
 }
 
@@ -411,21 +434,21 @@ struct LayerSpec {
     args: Vec<String>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     conn: Conn,
     sha: String,
     layers: Vec<LayerSpec>,
-    prefix: String,
+    pub(crate) prefix: String,
     timeout: Duration,
     failover: Failover,
     local: Option<LayeredLimiter>,
     backoff_min: Duration,
     backoff_max: Duration,
     backoff_ns: AtomicU64,
-    down: AtomicBool,
+    pub(crate) down: AtomicBool,
     wake: Arc<Notify>,
-    counters: Counters,
-    cluster: bool,
+    pub(crate) counters: Counters,
+    pub(crate) cluster: bool,
 }
 
 impl Drop for Shared {
@@ -436,6 +459,21 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    pub(crate) fn metrics(&self) -> Metrics {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Metrics {
+            server: l(&c.server),
+            failover_timeout: l(&c.failover_timeout),
+            failover_down: l(&c.failover_down),
+            failover_bad_reply: l(&c.failover_bad_reply),
+            script_loads: l(&c.script_loads),
+            disconnects: l(&c.disconnects),
+            reconnects: l(&c.reconnects),
+            refunds: l(&c.refunds),
+        }
+    }
+
     fn mark_down(&self) {
         if !self.down.swap(true, Ordering::AcqRel) {
             bump(&self.counters.disconnects);
@@ -445,7 +483,7 @@ impl Shared {
 
     /// One script call: `EVALSHA`, and on `NOSCRIPT` (a new server, `SCRIPT FLUSH`) load the
     /// script and call it again. Never waits past the timeout, and not at all while down.
-    async fn eval(&self, keys: &[String], args: &[&str]) -> Result<Value, Error> {
+    pub(crate) async fn eval(&self, keys: &[String], args: &[&str]) -> Result<Value, Error> {
         if self.down.load(Ordering::Acquire) {
             return Err(Error::Down("reconnecting".into()));
         }
@@ -675,18 +713,7 @@ impl RedisLimiter {
 
     /// The counts so far.
     pub fn metrics(&self) -> Metrics {
-        let c = &self.shared.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Metrics {
-            server: l(&c.server),
-            failover_timeout: l(&c.failover_timeout),
-            failover_down: l(&c.failover_down),
-            failover_bad_reply: l(&c.failover_bad_reply),
-            script_loads: l(&c.script_loads),
-            disconnects: l(&c.disconnects),
-            reconnects: l(&c.reconnects),
-            refunds: l(&c.refunds),
-        }
+        self.shared.metrics()
     }
 
     /// `true` while the connection is considered down (the failover decides).
@@ -996,6 +1023,25 @@ fn head(when: When, cost: u32, op: &'static str) -> [String; 4] {
         When::At(us) => (us.to_string(), TRACE_TTL_MS.to_string()),
     };
     [now, cost.to_string(), op.to_string(), ttl]
+}
+
+/// `(now_us, admitted, per item [outcome, remaining, reset, wait, replenish])` of a per-call
+/// decision.
+#[allow(clippy::type_complexity)]
+pub(crate) fn parse_call_reply(
+    reply: Value,
+    items: usize,
+) -> Result<(u64, bool, Vec<[i64; 5]>), Error> {
+    let now = match &reply {
+        Value::Array(v) => match v.first() {
+            Some(Value::Int(now)) => u64::try_from(*now).ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let now = now.ok_or_else(|| Error::BadReply("no time in the script's reply".into()))?;
+    let (admitted, fields, _) = parse_reply(reply, items)?;
+    Ok((now, admitted, fields))
 }
 
 /// `(admitted, per layer [outcome, remaining, reset, wait, replenish], per layer receipt)`.

@@ -5,7 +5,8 @@ use ratewell_rls::settings::{GO_VARIABLES, OWN_VARIABLES, Support, help};
 
 #[test]
 fn the_settings_table_lists_every_variable() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for (name, support) in GO_VARIABLES {
         let row = readme
             .lines()

@@ -1,0 +1,156 @@
+//! [`PerCallLimiter`]: decisions whose policies, costs and roles are named per call, all in one
+//! script call, all or nothing on the server (what a rate limit service needs, whose every rule
+//! carries its own limit).
+
+use std::sync::Arc;
+
+use ratewell::{Decision, Policy};
+
+use crate::keys::slot;
+use crate::limiter::{Error, Metrics, Shared};
+use crate::script::Compiled;
+
+/// A policy compiled for the script once, to name in any number of calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallPolicy {
+    policy: Policy,
+    compiled: Compiled,
+    /// The algorithm and its six parameters, as the script takes them.
+    args: Vec<String>,
+}
+
+impl CallPolicy {
+    /// Compile `policy`, or say which bound of the script's exact arithmetic it breaks.
+    ///
+    /// ```
+    /// use ratewell_redis::CallPolicy;
+    ///
+    /// let policy = CallPolicy::new(&"fixed-window limit=20 window=1m".parse().unwrap()).unwrap();
+    /// assert_eq!(policy.policy().to_string(), "fixed-window limit=20 window=1m");
+    /// ```
+    pub fn new(policy: &Policy) -> Result<Self, Error> {
+        let compiled = Compiled::new(policy)?;
+        let mut args = Vec::with_capacity(8);
+        compiled.push_args(&mut args);
+        args.pop(); // the dry-run flag: a call names the mode
+        Ok(CallPolicy { policy: policy.clone(), compiled, args })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+/// What one limit of a call does to the call's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The call is admitted only if this limit admits it.
+    Enforce,
+    /// Decided, and charged if the call is admitted and the cost fits; never rejecting.
+    DryRun,
+    /// Rejecting only when every quota limit of the call rejects; charged as a dry run is.
+    Quota,
+    /// Decided, never charged, reported as a peek is (the state before the call).
+    Read,
+}
+
+impl Mode {
+    fn flag(self) -> &'static str {
+        match self {
+            Mode::Enforce => "0",
+            Mode::DryRun => "1",
+            Mode::Quota => "q",
+            Mode::Read => "r",
+        }
+    }
+}
+
+/// One limit of a call: the key (stored under the limiter's prefix), its policy, its cost and
+/// its mode.
+#[derive(Clone, Copy, Debug)]
+pub struct CallItem<'a> {
+    /// The key, without the prefix.
+    pub key: &'a str,
+    /// Its policy.
+    pub policy: &'a CallPolicy,
+    /// Its cost (0 is taken as 1: read a state with [`Mode::Read`]).
+    pub cost: u32,
+    /// What it does to the call's answer.
+    pub mode: Mode,
+}
+
+/// What the server decided for a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallDecision {
+    /// Whether the call was admitted: every enforced limit admits it, and not every quota limit
+    /// (if there is one) rejects it. Only an admitted call charges anything.
+    pub admitted: bool,
+    /// Per item, in order: its decision (for an item not charged, the state before the call).
+    pub decisions: Vec<Decision>,
+    /// The server's time of the decision, in microseconds since the Unix epoch.
+    pub now_us: u64,
+}
+
+/// Decisions in Redis whose policies are named per call: built by
+/// [`Builder::build_per_call`](crate::Builder::build_per_call). Its connection, timeout and
+/// reconnection are a [`RedisLimiter`](crate::RedisLimiter)'s; the caller decides what an error
+/// means (there is no failover here). Cheap to clone.
+#[derive(Clone)]
+pub struct PerCallLimiter {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PerCallLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerCallLimiter").field("down", &self.is_down()).finish_non_exhaustive()
+    }
+}
+
+impl PerCallLimiter {
+    /// Decide `items` in one script call on the server's clock, all or nothing: an admitted call
+    /// charges every item that is not [`Mode::Read`] and whose cost fits; a rejected one charges
+    /// nothing. On a Redis Cluster every key must sit in one hash slot (give them one
+    /// `{hash tag}`), else [`Error::Layers`]. No items is an empty, admitted decision.
+    ///
+    /// An error (a timeout, a connection down, a reply that is not the script's) is returned
+    /// within the limiter's timeout; after a timeout the connection counts as down and later
+    /// calls fail at once until a background probe finds the server back.
+    pub async fn decide(&self, items: &[CallItem<'_>]) -> Result<CallDecision, Error> {
+        if items.is_empty() {
+            return Ok(CallDecision { admitted: true, decisions: Vec::new(), now_us: 0 });
+        }
+        let s = &self.shared;
+        let keys: Vec<String> = items.iter().map(|i| format!("{}{}", s.prefix, i.key)).collect();
+        if s.cluster {
+            let first = slot(keys[0].as_bytes());
+            if keys.iter().any(|k| slot(k.as_bytes()) != first) {
+                return Err(Error::Layers(
+                    "the keys of one call must share a hash slot: give them one {hash tag}".into(),
+                ));
+            }
+        }
+        let mut args: Vec<String> = vec![String::new(), "1".into(), "take".into(), String::new()];
+        for item in items {
+            args.extend(item.policy.args.iter().cloned());
+            args.push(format!("{}:{}", item.mode.flag(), item.cost.max(1)));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = s.eval(&keys, &args).await?;
+        let (now_us, admitted, fields) = crate::limiter::parse_call_reply(reply, items.len())?;
+        let decisions =
+            items.iter().zip(&fields).map(|(i, f)| i.policy.compiled.decision(f)).collect();
+        crate::limiter::bump(&s.counters.server);
+        Ok(CallDecision { admitted, decisions, now_us })
+    }
+
+    /// `true` while the connection is considered down.
+    pub fn is_down(&self) -> bool {
+        self.shared.down.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The counts so far (failovers stay 0: the caller decides what an error means).
+    pub fn metrics(&self) -> Metrics {
+        self.shared.metrics()
+    }
+}
