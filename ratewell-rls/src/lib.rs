@@ -18,6 +18,7 @@ pub mod json;
 pub mod memory;
 mod metadata;
 pub mod proto;
+pub mod redis_store;
 pub mod runtime;
 pub mod server;
 pub mod service;

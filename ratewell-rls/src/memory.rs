@@ -66,6 +66,10 @@ impl<C: Clock> Drop for Registered<C> {
     }
 }
 
+/// What deciding one check took: its key, its registration (`None` for a limit of 0), and its
+/// charge if it was charged.
+type Taken<C> = (u64, Option<Arc<Registered<C>>>, Option<Charge>);
+
 /// The policies of one loaded configuration, registered with the store's table.
 pub struct Prepared<C: Clock> {
     policies: HashMap<Quota, Arc<Registered<C>>>,
@@ -79,9 +83,13 @@ impl<C: Clock> std::fmt::Debug for Prepared<C> {
 
 /// One descriptor to decide.
 #[derive(Clone, Copy, Debug)]
-pub struct Check {
-    /// The descriptor's key in the table ([`MemoryStore::key`]).
-    pub key: u64,
+pub struct Check<'a> {
+    /// The descriptor's entries.
+    pub entries: &'a [Entry],
+    /// The `share_threshold` patterns that stand for some of their values.
+    pub patterns: Option<&'a [String]>,
+    /// Whether the limit is the request's override.
+    pub overridden: bool,
     /// Its limit.
     pub quota: Quota,
     /// Its cost (0: only read the state).
@@ -114,6 +122,8 @@ pub enum StoreError {
     TooManyOverrides,
     /// A limit the table cannot register (a unit of `UNKNOWN`, or no slot free).
     Unregistrable(String),
+    /// The Redis server did not decide: down, too slow, or answering what the script does not.
+    Redis(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -124,6 +134,7 @@ impl std::fmt::Display for StoreError {
                 "more than {MAX_OVERRIDE_LIMITS} distinct limit overrides are in use at once"
             ),
             StoreError::Unregistrable(why) => write!(f, "{why}"),
+            StoreError::Redis(why) => write!(f, "redis: {why}"),
         }
     }
 }
@@ -286,104 +297,92 @@ impl<C: Clock> MemoryStore<C> {
     pub fn decide(
         &self,
         prepared: &Prepared<C>,
-        checks: &[Check],
+        domain: &str,
+        checks: &[Check<'_>],
         extra_quota: usize,
         out: &mut Vec<Outcome>,
     ) -> Result<bool, StoreError> {
         out.clear();
-        let mut held = Vec::new();
-        let mut charges: Vec<Option<Charge>> = Vec::with_capacity(checks.len());
+        // Per check: its key and registration (`None` for a limit of 0), and what it took.
+        let mut taken: Vec<Taken<C>> = Vec::with_capacity(checks.len());
         let now = self.table.clock().now();
         for check in checks {
             let registered = match prepared.policies.get(&check.quota) {
                 Some(r) => Some(r.clone()),
                 None => match self.override_policy(check.quota) {
-                    Ok(r) => {
-                        held.extend(r.clone());
-                        r
-                    }
+                    Ok(r) => r,
                     Err(e) => {
                         // Nothing of an undecided request stays charged.
-                        for charge in charges.into_iter().flatten() {
-                            self.table.refund(charge);
+                        for (_, _, charge) in taken {
+                            if let Some(charge) = charge {
+                                self.table.refund(charge);
+                            }
                         }
                         return Err(e);
                     }
                 },
             };
+            let key =
+                self.key(domain, check.entries, check.patterns, check.quota, check.overridden);
             let window = check.quota.window_ns().unwrap_or(1);
             let reset_ns = window - now % window;
             let limit = u64::from(check.quota.requests_per_unit);
             let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) else {
                 // No requests at all: any cost is over, and nothing is counted.
-                let outcome = Outcome {
+                out.push(Outcome {
                     over: check.cost > 0,
                     charged: false,
                     remaining: 0,
                     consumed: 0,
                     reset_ns,
-                };
-                out.push(outcome);
-                charges.push(None);
+                });
+                taken.push((key, registered, None));
                 continue;
             };
             let (outcome, charge) = match u32::try_from(check.cost) {
                 Ok(0) => {
-                    let d = self.table.peek_with(&check.key, id, 1);
-                    let remaining = d.remaining();
-                    (
-                        Outcome {
-                            over: false,
-                            charged: false,
-                            remaining,
-                            consumed: limit.saturating_sub(remaining),
-                            reset_ns,
-                        },
-                        None,
-                    )
+                    let remaining = self.table.peek_with(&key, id, 1).remaining();
+                    let consumed = limit.saturating_sub(remaining);
+                    (Outcome { over: false, charged: false, remaining, consumed, reset_ns }, None)
                 }
                 Ok(cost) => {
-                    let (d, charge) = self.table.take_with(&check.key, id, cost);
+                    let (d, charge) = self.table.take_with(&key, id, cost);
                     let remaining = d.remaining();
                     let charged = charge.is_some();
-                    let consumed = limit.saturating_sub(remaining)
-                        - if charged {
-                            u64::from(cost).min(limit.saturating_sub(remaining))
-                        } else {
-                            0
-                        };
+                    let before = if charged { remaining + u64::from(cost) } else { remaining };
+                    let consumed = limit.saturating_sub(before);
                     (Outcome { over: !charged, charged, remaining, consumed, reset_ns }, charge)
                 }
                 // More than any limit holds: over, and nothing taken.
                 Err(_) => {
-                    let remaining = self.table.peek_with(&check.key, id, 1).remaining();
-                    (
-                        Outcome {
-                            over: true,
-                            charged: false,
-                            remaining,
-                            consumed: limit.saturating_sub(remaining),
-                            reset_ns,
-                        },
-                        None,
-                    )
+                    let remaining = self.table.peek_with(&key, id, 1).remaining();
+                    let consumed = limit.saturating_sub(remaining);
+                    (Outcome { over: true, charged: false, remaining, consumed, reset_ns }, None)
                 }
             };
             out.push(outcome);
-            charges.push(charge);
+            taken.push((key, registered, charge));
         }
         let items = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
         let denied = denied(items, extra_quota);
         if denied {
-            for ((outcome, check), charge) in out.iter_mut().zip(checks).zip(charges) {
-                if let Some(charge) = charge {
+            let mut refunded = Vec::new();
+            for (i, (_, _, charge)) in taken.iter_mut().enumerate() {
+                if let Some(charge) = charge.take() {
                     self.table.refund(charge);
-                    outcome.charged = false;
-                    outcome.remaining += check.cost;
+                    refunded.push(i);
                 }
             }
+            // Each reports what its key had before the request (a key the request charged
+            // twice has both charges back).
+            for i in refunded {
+                let (key, registered, _) = &taken[i];
+                if let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) {
+                    out[i].remaining = self.table.peek_with(key, id, 1).remaining();
+                }
+                out[i].charged = false;
+            }
         }
-        drop(held);
         Ok(denied)
     }
 }

@@ -50,7 +50,7 @@ impl<C: Clock + Send + Sync + 'static> Grpc for Handler<C> {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        match self.0.should_rate_limit(request.get_ref()) {
+        match self.0.should_rate_limit(request.get_ref()).await {
             Ok(response) => Ok(tonic::Response::new(response)),
             Err(e) => Err(e.into()),
         }
@@ -269,7 +269,7 @@ async fn json<C: Clock + Send + Sync + 'static>(
             return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
         }
     };
-    let response = match service.should_rate_limit(&request) {
+    let response = match service.should_rate_limit(&request).await {
         Ok(response) => response,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };

@@ -17,6 +17,7 @@
 //! let config = RateLimitConfig::new(&[file], false)?;
 //! let service = RateLimitService::memory(ServiceSettings::default(), 1_000, ManualClock::new(0))?;
 //! service.set_config(config)?;
+//! let runtime = tokio::runtime::Builder::new_current_thread().build()?;
 //! let request = RateLimitRequest {
 //!     domain: "edge".into(),
 //!     descriptors: vec![RateLimitDescriptor {
@@ -25,7 +26,9 @@
 //!     }],
 //!     hits_addend: 0,
 //! };
-//! let codes: Vec<i32> = (0..3).map(|_| service.should_rate_limit(&request).unwrap().overall_code).collect();
+//! let codes: Vec<i32> = (0..3)
+//!     .map(|_| runtime.block_on(service.should_rate_limit(&request)).unwrap().overall_code)
+//!     .collect();
 //! assert_eq!(codes, [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -43,6 +46,7 @@ use crate::proto::{
     Code, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor, RateLimitRequest,
     RateLimitResponse, Unit,
 };
+use crate::redis_store::RedisStore;
 use crate::stats::{Stats, near_threshold};
 
 /// The most descriptors one request may carry; more is an `INVALID_ARGUMENT` error.
@@ -65,6 +69,8 @@ pub struct ServiceSettings {
     pub dynamic_metadata: bool,
     /// `MAX_STATS_KEYS`: the bound on distinct per-rule statistics keys.
     pub max_stats_keys: usize,
+    /// `REDIS_FAILOVER`: the answer when the Redis server cannot decide.
+    pub failover: Failover,
 }
 
 impl Default for ServiceSettings {
@@ -76,6 +82,7 @@ impl Default for ServiceSettings {
             headers: None,
             dynamic_metadata: false,
             max_stats_keys: crate::stats::DEFAULT_MAX_STATS_KEYS,
+            failover: Failover::Error,
         }
     }
 }
@@ -125,16 +132,36 @@ impl From<ServiceError> for tonic::Status {
     }
 }
 
-/// A configuration loaded, with its limits registered with the store.
+/// A configuration loaded, with its limits registered with the memory store.
 struct Loaded<C: Clock> {
     config: RateLimitConfig,
-    prepared: Prepared<C>,
+    prepared: Option<Prepared<C>>,
+}
+
+/// Where decisions are made.
+pub enum Store<C: Clock> {
+    /// In process (`BACKEND_TYPE=memory`).
+    Memory(MemoryStore<C>),
+    /// On a Redis server every instance shares (`BACKEND_TYPE=redis`).
+    Redis(RedisStore),
+}
+
+/// What a request is answered when the Redis server cannot decide it (`REDIS_FAILOVER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failover {
+    /// A gRPC `UNAVAILABLE` error (the Go service's answer): Envoy's `failure_mode_deny` then
+    /// decides.
+    Error,
+    /// OK, every descriptor with its whole limit remaining, nothing counted.
+    Open,
+    /// OVER_LIMIT, every descriptor with nothing remaining.
+    Closed,
 }
 
 /// The rate limit service: the loaded configuration, the store and the statistics.
 pub struct RateLimitService<C: Clock> {
     settings: ServiceSettings,
-    store: MemoryStore<C>,
+    store: Store<C>,
     loaded: RwLock<Option<Arc<Loaded<C>>>>,
     stats: Arc<Stats>,
 }
@@ -149,8 +176,6 @@ impl<C: Clock> std::fmt::Debug for RateLimitService<C> {
 struct Slot {
     limit: Option<ConfigLimit>,
     unlimited: bool,
-    /// Its index among the checks sent to the store.
-    check: Option<usize>,
 }
 
 impl<C: Clock> RateLimitService<C> {
@@ -161,13 +186,14 @@ impl<C: Clock> RateLimitService<C> {
         capacity: usize,
         clock: C,
     ) -> Result<Self, ratewell::CapacityError> {
+        let store = Store::Memory(MemoryStore::new(capacity, clock)?);
+        Ok(Self::with_store(settings, store))
+    }
+
+    /// A service deciding on `store`.
+    pub fn with_store(settings: ServiceSettings, store: Store<C>) -> Self {
         let stats = Arc::new(Stats::new(settings.max_stats_keys));
-        Ok(RateLimitService {
-            settings,
-            store: MemoryStore::new(capacity, clock)?,
-            loaded: RwLock::new(None),
-            stats,
-        })
+        RateLimitService { settings, store, loaded: RwLock::new(None), stats }
     }
 
     /// The statistics.
@@ -180,15 +206,19 @@ impl<C: Clock> RateLimitService<C> {
         &self.settings
     }
 
-    /// The in-process store.
-    pub fn store(&self) -> &MemoryStore<C> {
+    /// The store.
+    pub fn store(&self) -> &Store<C> {
         &self.store
     }
 
     /// Put `config` in force (counted in `config_load_success`), or refuse it and keep the one
     /// in force (counted in `config_load_error`).
     pub fn set_config(&self, config: RateLimitConfig) -> Result<(), String> {
-        match self.store.prepare(&config) {
+        let prepared = match &self.store {
+            Store::Memory(memory) => memory.prepare(&config).map(Some),
+            Store::Redis(_) => Ok(None),
+        };
+        match prepared {
             Ok(prepared) => {
                 let loaded = Arc::new(Loaded { config, prepared });
                 *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Some(loaded);
@@ -223,13 +253,13 @@ impl<C: Clock> RateLimitService<C> {
     }
 
     /// Answer one request (counted in the statistics, its time included).
-    pub fn should_rate_limit(
+    pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, ServiceError> {
         let start = Instant::now();
         self.stats.total_requests.fetch_add(1, Ordering::Relaxed);
-        let result = self.decide(request);
+        let result = self.decide(request).await;
         match &result {
             Err(ServiceError::Store(_)) => {
                 self.stats.redis_error.fetch_add(1, Ordering::Relaxed);
@@ -243,7 +273,7 @@ impl<C: Clock> RateLimitService<C> {
         result
     }
 
-    fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         if request.domain.is_empty() {
             return Err(ServiceError::Request("rate limit domain must not be empty"));
         }
@@ -282,13 +312,15 @@ impl<C: Clock> RateLimitService<C> {
             {
                 limit = None;
             }
-            slots.push(Slot { limit, unlimited, check: None });
+            slots.push(Slot { limit, unlimited });
         }
 
         // The checks for the store, one per descriptor with a limit.
         let mut checks = Vec::new();
+        // Per descriptor, its index among the checks.
+        let mut check_of: Vec<Option<usize>> = vec![None; slots.len()];
         let mut extra_quota = 0;
-        for (i, (slot, descriptor)) in slots.iter_mut().zip(&request.descriptors).enumerate() {
+        for (i, (slot, descriptor)) in slots.iter().zip(&request.descriptors).enumerate() {
             let Some(limit) = &slot.limit else {
                 if !slot.unlimited && settings.quota_mode {
                     extra_quota += 1;
@@ -303,15 +335,11 @@ impl<C: Clock> RateLimitService<C> {
             }
             let cost = hits(request, descriptor);
             let quota = Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit };
-            slot.check = Some(checks.len());
+            check_of[i] = Some(checks.len());
             checks.push(Check {
-                key: self.store.key(
-                    &request.domain,
-                    &descriptor.entries,
-                    limit.share_threshold_key_pattern.as_deref(),
-                    quota,
-                    descriptor.limit.is_some(),
-                ),
+                entries: &descriptor.entries,
+                patterns: limit.share_threshold_key_pattern.as_deref(),
+                overridden: descriptor.limit.is_some(),
                 quota,
                 cost,
                 shadow: limit.shadow_mode,
@@ -320,10 +348,44 @@ impl<C: Clock> RateLimitService<C> {
         }
 
         let mut outcomes = Vec::with_capacity(checks.len());
-        let denied = self
-            .store
-            .decide(&loaded.prepared, &checks, extra_quota, &mut outcomes)
-            .map_err(ServiceError::Store)?;
+        let decided = match (&self.store, &loaded.prepared) {
+            (Store::Memory(memory), Some(prepared)) => {
+                memory.decide(prepared, &request.domain, &checks, extra_quota, &mut outcomes)
+            }
+            (Store::Redis(redis), _) => {
+                redis.decide(&request.domain, &checks, extra_quota, &mut outcomes).await
+            }
+            (Store::Memory(_), None) => unreachable!("a memory store's configuration is prepared"),
+        };
+        let denied = match decided {
+            Ok(denied) => denied,
+            Err(StoreError::Redis(_)) if settings.failover != Failover::Error => {
+                // Counted as the store's error; answered as configured, on the wall clock.
+                self.stats.redis_error.fetch_add(1, Ordering::Relaxed);
+                let open = settings.failover == Failover::Open;
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                outcomes = checks
+                    .iter()
+                    .map(|c| {
+                        let limit = u64::from(c.quota.requests_per_unit);
+                        let window = c.quota.window_ns().unwrap_or(1);
+                        let remaining = if open { limit } else { 0 };
+                        let reset_ns = window - wall % window;
+                        Outcome {
+                            over: !open,
+                            charged: false,
+                            remaining,
+                            consumed: limit - remaining,
+                            reset_ns,
+                        }
+                    })
+                    .collect();
+                !open
+            }
+            Err(e) => return Err(ServiceError::Store(e)),
+        };
 
         // The statuses, in the request's order.
         let mut response = RateLimitResponse::default();
@@ -331,7 +393,7 @@ impl<C: Clock> RateLimitService<C> {
         let mut min_remaining = u32::MAX;
         let mut passed = Vec::new();
         for (i, slot) in slots.iter().enumerate() {
-            let status = match (&slot.limit, slot.check) {
+            let status = match (&slot.limit, check_of[i]) {
                 (Some(limit), Some(c)) => {
                     let (check, outcome) = (&checks[c], &outcomes[c]);
                     self.count(limit, check, outcome);

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::service::{ServiceSettings, default_header_names};
+use crate::redis_store::RedisSettings;
+use crate::service::{Failover, ServiceSettings, default_header_names};
 
 /// What is done with a variable the Go service reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,13 +101,18 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("RUNTIME_APPDIRECTORY", Support::Supported),
     ("RUNTIME_IGNOREDOTFILES", Support::Supported),
     ("RUNTIME_WATCH_ROOT", Support::Supported),
-    ("EXPIRATION_JITTER_MAX_SECONDS", Support::Ignored("the memory store keeps no expiring keys")),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        Support::Ignored("keys expire at their window's end, set by the script"),
+    ),
     (
         "LOCAL_CACHE_SIZE_IN_BYTES",
-        Support::Ignored("the memory store decides in process: there is no round trip to cache"),
+        Support::Ignored(
+            "every decision is made by the store: in process, or one script call on Redis",
+        ),
     ),
     ("NEAR_LIMIT_RATIO", Support::Supported),
-    ("CACHE_KEY_PREFIX", Support::Ignored("the memory store's keys are in process")),
+    ("CACHE_KEY_PREFIX", Support::Supported),
     ("BACKEND_TYPE", Support::Supported),
     (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
@@ -117,39 +123,73 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("LIMIT_REMAINING_HEADER", Support::Supported),
     ("LIMIT_RESET_HEADER", Support::Supported),
     ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Support::Supported),
-    ("REDIS_SOCKET_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_URL", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_POOL_SIZE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TLS", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TLS_CLIENT_CERT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TLS_CLIENT_KEY", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TLS_CACERT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PIPELINE_WINDOW", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PIPELINE_LIMIT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_SOCKET_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_TYPE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_URL", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_POOL_SIZE", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_TLS", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_SENTINEL_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_SENTINEL_AUTH", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_PIPELINE_WINDOW", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_PIPELINE_LIMIT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_TIMEOUT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_TIMEOUT", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_STARTUP_INITIAL_INTERVAL", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_STARTUP_MAX_INTERVAL", Support::Ignored("BACKEND_TYPE is memory")),
-    ("REDIS_STARTUP_MAX_ELAPSED_TIME", Support::Ignored("BACKEND_TYPE is memory")),
+    ("REDIS_SOCKET_TYPE", Support::Supported),
+    ("REDIS_TYPE", Support::Supported),
+    ("REDIS_URL", Support::Supported),
+    ("REDIS_POOL_SIZE", Support::Ignored("one multiplexed connection carries every call")),
+    ("REDIS_AUTH", Support::Supported),
+    ("REDIS_TLS", Support::Refused("TLS to Redis is not supported")),
+    ("REDIS_TLS_CLIENT_CERT", Support::Ignored("TLS to Redis is not supported")),
+    ("REDIS_TLS_CLIENT_KEY", Support::Ignored("TLS to Redis is not supported")),
+    ("REDIS_TLS_CACERT", Support::Ignored("TLS to Redis is not supported")),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Ignored("TLS to Redis is not supported")),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        Support::Ignored("the multiplexed connection pipelines every call as it is made"),
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        Support::Ignored("no effect in the Go service either since its radix v4"),
+    ),
+    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("one script call per request")),
+    (
+        "REDIS_PERSECOND",
+        Support::Refused(
+            "a second server for per-second limits would split a request's all-or-nothing decision in two",
+        ),
+    ),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_TYPE", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_URL", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_POOL_SIZE", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_AUTH", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_TLS", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_SENTINEL_AUTH",
+        Support::Ignored("Redis Sentinel is not supported (REDIS_TYPE=SENTINEL is refused)"),
+    ),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        Support::Ignored("REDIS_PERSECOND is refused"),
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        Support::Ignored(
+            "a store that does not answer is failed over (REDIS_FAILOVER), not reported unhealthy",
+        ),
+    ),
+    ("REDIS_TIMEOUT", Support::Supported),
+    ("REDIS_PERSECOND_TIMEOUT", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        Support::Ignored("one multiplexed connection: no pool to run empty"),
+    ),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        Support::Ignored("the service starts with the store down and reconnects in the background"),
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        Support::Ignored("the service starts with the store down and reconnects in the background"),
+    ),
+    (
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        Support::Ignored("the service starts with the store down and reconnects in the background"),
+    ),
     ("MEMCACHE_HOST_PORT", Support::Ignored("no memcache backend")),
     ("MEMCACHE_MAX_IDLE_CONNS", Support::Ignored("no memcache backend")),
     ("MEMCACHE_SRV", Support::Ignored("no memcache backend")),
@@ -185,6 +225,21 @@ pub const OWN_VARIABLES: &[(&str, &str)] = &[
         "RELOAD_INTERVAL",
         "how often the configuration directory is checked for changes (default 200ms)",
     ),
+    (
+        "REDIS_FAILOVER",
+        "with BACKEND_TYPE=redis, the answer when the server cannot decide within REDIS_TIMEOUT: error (default: gRPC UNAVAILABLE, as the Go service), open (OK) or closed (OVER_LIMIT)",
+    ),
+];
+
+/// The variables only the Redis store reads: named as ignored with the memory store.
+const REDIS_ONLY: [&str; 7] = [
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_URL",
+    "REDIS_AUTH",
+    "REDIS_TIMEOUT",
+    "CACHE_KEY_PREFIX",
+    "REDIS_FAILOVER",
 ];
 
 /// The values that a refused variable may still take (its default, or what means "off").
@@ -237,6 +292,8 @@ pub struct Settings {
     pub healthy_with_config: bool,
     /// `MEMORY_CAPACITY`.
     pub memory_capacity: usize,
+    /// `BACKEND_TYPE=redis`: where the server is (`None`: decide in process).
+    pub redis: Option<crate::redis_store::RedisSettings>,
     /// `RELOAD_INTERVAL`.
     pub reload_interval: Duration,
     /// `LOG_LEVEL`: `debug`, `info`, `warn` (default) or `error`.
@@ -339,17 +396,106 @@ impl Env<'_> {
     }
 }
 
+/// The Redis store's settings, read as the Go service reads them: `REDIS_SOCKET_TYPE` (`tcp`
+/// or `unix`) and `REDIS_URL` (`host:port`, a socket's path, or a comma-separated list of
+/// `host:port` for `REDIS_TYPE=CLUSTER`), or a `redis://` URL; `REDIS_AUTH` (`password` or
+/// `user:password`); `REDIS_TIMEOUT` (default 50ms here: see the README).
+fn redis_settings(e: &Env<'_>) -> Result<RedisSettings, SettingsError> {
+    let cluster = match e.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
+        "SINGLE" => false,
+        "CLUSTER" => true,
+        other => {
+            return Err(SettingsError(format!(
+                "REDIS_TYPE={other} is not supported: SINGLE or CLUSTER (no Sentinel)"
+            )));
+        }
+    };
+    let socket = e.string("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase();
+    let auth = e.string("REDIS_AUTH", "");
+    let raw = e.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
+    let userinfo = if auth.is_empty() {
+        String::new()
+    } else {
+        match auth.split_once(':') {
+            Some((user, password)) => format!("{}:{}@", url_escape(user), url_escape(password)),
+            None => format!(":{}@", url_escape(&auth)),
+        }
+    };
+    let url_of = |one: &str| -> Result<String, SettingsError> {
+        let one = one.trim();
+        if one.contains("://") {
+            return Ok(one.to_owned());
+        }
+        match socket.as_str() {
+            "tcp" => Ok(format!("redis://{userinfo}{one}")),
+            "unix" if cluster => {
+                Err(SettingsError("REDIS_TYPE=CLUSTER needs REDIS_SOCKET_TYPE=tcp".into()))
+            }
+            "unix" if auth.is_empty() => Ok(format!("unix://{one}")),
+            "unix" => Ok(format!(
+                "unix://{one}?pass={}",
+                url_escape(auth.rsplit(':').next().unwrap_or(""))
+            )),
+            other => Err(SettingsError(format!("REDIS_SOCKET_TYPE={other}: tcp or unix"))),
+        }
+    };
+    let urls = if cluster {
+        raw.split(',').map(url_of).collect::<Result<Vec<_>, _>>()?
+    } else {
+        vec![url_of(&raw)?]
+    };
+    let timeout_text = e.string("REDIS_TIMEOUT", "50ms");
+    let timeout = parse_duration(&timeout_text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| SettingsError(format!("REDIS_TIMEOUT={timeout_text}: not a duration")))?;
+    Ok(RedisSettings { urls, cluster, timeout, prefix: e.string("CACHE_KEY_PREFIX", "") })
+}
+
+/// Percent-encode what a URL's user information cannot hold as is.
+fn url_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 impl Settings {
     /// Read the settings from `env` (the process's environment, or a test's).
     pub fn from_env(env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
         let e = Env(env);
         let mut notices = Vec::new();
-        let backend = e.string("BACKEND_TYPE", "memory");
-        if !backend.eq_ignore_ascii_case("memory") {
-            return Err(SettingsError(format!(
-                "BACKEND_TYPE={backend}: this build decides in process only (BACKEND_TYPE=memory)"
-            )));
-        }
+        let backend = e.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
+        let redis = match backend.as_str() {
+            "memory" => {
+                for name in REDIS_ONLY {
+                    if e.get(name).is_some() {
+                        notices.push(format!("{name} is ignored: BACKEND_TYPE is memory"));
+                    }
+                }
+                None
+            }
+            "redis" => Some(redis_settings(&e)?),
+            _ => {
+                return Err(SettingsError(format!(
+                    "BACKEND_TYPE={backend}: memory or redis (memcache is not supported)"
+                )));
+            }
+        };
+        let failover = match e.string("REDIS_FAILOVER", "error").to_ascii_lowercase().as_str() {
+            "error" => Failover::Error,
+            "open" => Failover::Open,
+            "closed" => Failover::Closed,
+            other => {
+                return Err(SettingsError(format!(
+                    "REDIS_FAILOVER={other}: error, open or closed"
+                )));
+            }
+        };
         for &(name, support) in GO_VARIABLES {
             let Some(value) = e.get(name) else { continue };
             match support {
@@ -411,6 +557,7 @@ impl Settings {
             force_start: e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
             healthy_with_config: e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             memory_capacity: e.number("MEMORY_CAPACITY", 1_000_000)?,
+            redis,
             reload_interval,
             log_level,
             service: ServiceSettings {
@@ -420,6 +567,7 @@ impl Settings {
                 headers,
                 dynamic_metadata: e.flag("RESPONSE_DYNAMIC_METADATA", false)?,
                 max_stats_keys: e.number("MAX_STATS_KEYS", crate::stats::DEFAULT_MAX_STATS_KEYS)?,
+                failover,
             },
             notices,
         })
@@ -460,7 +608,9 @@ pub fn help() -> String {
             out.push_str(&format!("  {name}: {why}\n"));
         }
     }
-    out.push_str("\nBACKEND_TYPE: memory (the default here; envoyproxy/ratelimit's default, redis, is refused by this build).\n");
+    out.push_str(
+        "\nBACKEND_TYPE: memory (the default here) or redis (envoyproxy/ratelimit's default).\n",
+    );
     out
 }
 
@@ -498,10 +648,52 @@ mod tests {
         assert!(e.0.contains("CONFIG_TYPE=GRPC_XDS_SOTW is not supported"), "{e}");
         assert!(Settings::from_env(&env(&[("CONFIG_TYPE", "FILE")])).is_ok());
         assert!(Settings::from_env(&env(&[("TRACING_ENABLED", "false")])).is_ok());
-        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis")])).unwrap_err();
-        assert!(e.0.contains("BACKEND_TYPE=redis"), "{e}");
+        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "memcache")])).unwrap_err();
+        assert!(e.0.contains("BACKEND_TYPE=memcache"), "{e}");
+        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis"), ("REDIS_TYPE", "SENTINEL")]))
+            .unwrap_err();
+        assert!(e.0.contains("no Sentinel"), "{e}");
         let e = Settings::from_env(&env(&[("SHADOW_MODE", "yes")])).unwrap_err();
         assert_eq!(e.0, "SHADOW_MODE=yes: not a boolean (true or false)");
+    }
+
+    #[test]
+    fn redis_urls_are_read_as_the_go_service_reads_them() {
+        let redis = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("BACKEND_TYPE", "redis")];
+            all.extend_from_slice(pairs);
+            Settings::from_env(&env(&all)).unwrap().redis.unwrap()
+        };
+        let r = redis(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "localhost:6379"),
+            ("REDIS_AUTH", "p@ss"),
+        ]);
+        assert_eq!(r.urls, ["redis://:p%40ss@localhost:6379"]);
+        assert_eq!(r.timeout, Duration::from_millis(50));
+        let r = redis(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_AUTH", "user:pw")]);
+        assert_eq!(r.urls, ["redis://user:pw@/var/run/nutcracker/ratelimit.sock"]);
+        let r = redis(&[]);
+        assert_eq!(r.urls, ["unix:///var/run/nutcracker/ratelimit.sock"]);
+        let r = redis(&[
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "a:1, b:2"),
+            ("REDIS_TIMEOUT", "20ms"),
+        ]);
+        assert_eq!(
+            (r.urls.clone(), r.cluster, r.timeout),
+            (
+                vec!["redis://a:1".to_string(), "redis://b:2".to_string()],
+                true,
+                Duration::from_millis(20)
+            )
+        );
+        let r = redis(&[("REDIS_URL", "redis://127.0.0.1:7000/2"), ("CACHE_KEY_PREFIX", "rl:")]);
+        assert_eq!((r.urls[0].as_str(), r.prefix.as_str()), ("redis://127.0.0.1:7000/2", "rl:"));
+        let e =
+            Settings::from_env(&env(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "x")])).unwrap();
+        assert_eq!(e.notices, ["REDIS_URL is ignored: BACKEND_TYPE is memory"]);
     }
 
     #[test]
