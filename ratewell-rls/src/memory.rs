@@ -366,21 +366,22 @@ impl<C: Clock> MemoryStore<C> {
         let items = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
         let denied = denied(items, extra_quota);
         if denied {
-            let mut refunded = Vec::new();
-            for (i, (_, _, charge)) in taken.iter_mut().enumerate() {
+            let mut refunded = false;
+            for (_, _, charge) in &mut taken {
                 if let Some(charge) = charge.take() {
                     self.table.refund(charge);
-                    refunded.push(i);
+                    refunded = true;
                 }
             }
-            // Each reports what its key had before the request (a key the request charged
-            // twice has both charges back).
-            for i in refunded {
-                let (key, registered, _) = &taken[i];
-                if let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) {
-                    out[i].remaining = self.table.peek_with(key, id, 1).remaining();
+            // Each reports what its key had before the request: read again once the charges
+            // are back (a descriptor decided after a charge on its own key saw that charge).
+            if refunded {
+                for ((key, registered, _), outcome) in taken.iter().zip(out.iter_mut()) {
+                    if let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) {
+                        outcome.remaining = self.table.peek_with(key, id, 1).remaining();
+                    }
+                    outcome.charged = false;
                 }
-                out[i].charged = false;
             }
         }
         Ok(denied)

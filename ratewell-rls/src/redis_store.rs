@@ -168,9 +168,10 @@ impl RedisStore {
             .zip(&forced)
             .filter(|(c, f)| !**f && c.quota_mode && !c.shadow && c.quota.requests_per_unit > 0)
             .count();
-        // Whether the quota rule can deny: no quota descriptor that is never over (shadow, or
-        // without a limit under the global QUOTA_MODE).
-        let quota_can_deny = extra_quota == 0 && !checks.iter().any(|c| c.quota_mode && c.shadow);
+        // Whether the quota rule can deny: no quota descriptor that is never over (shadow, only
+        // read at a cost of 0, or without a limit under the global QUOTA_MODE).
+        let never_over = |c: &Check<'_>| c.quota_mode && (c.shadow || c.cost == 0);
+        let quota_can_deny = extra_quota == 0 && !checks.iter().any(never_over);
         // Denied whatever the server says: read every state, charge nothing.
         let read_only = enforced_over || (quota_can_deny && local_quota > 0 && remote_quota == 0);
 
@@ -201,7 +202,14 @@ impl RedisStore {
         }
         let decided =
             self.limiter.decide(&items).await.map_err(|e| StoreError::Redis(e.to_string()))?;
-        let now_ns = decided.now_us.saturating_mul(1_000);
+        // The server's time; the wall clock's when nothing was sent to it.
+        let now_ns = if items.is_empty() {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        } else {
+            decided.now_us.saturating_mul(1_000)
+        };
         let mut decisions = vec![None; checks.len()];
         for (k, &i) in index.iter().enumerate() {
             decisions[i] = Some((items[k].mode, decided.decisions[k]));
@@ -236,9 +244,10 @@ impl RedisStore {
             };
             out.push(outcome);
         }
-        let items = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
-        let denied = denied(items, extra_quota);
-        debug_assert!(denied != admitted || checks.is_empty() || index.is_empty());
+        let rows = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
+        let denied = denied(rows, extra_quota);
+        // The server applied the same rule to the same outcomes.
+        debug_assert!(index.is_empty() || read_only || denied != decided.admitted);
         Ok(denied)
     }
 }

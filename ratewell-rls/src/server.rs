@@ -19,9 +19,11 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::grpc::rate_limit_service_server::{RateLimitService as Grpc, RateLimitServiceServer};
+use crate::memory::MemoryStore;
 use crate::proto::{Code, RateLimitRequest, RateLimitResponse};
+use crate::redis_store::RedisStore;
 use crate::runtime;
-use crate::service::RateLimitService;
+use crate::service::{RateLimitService, Store};
 use crate::settings::{LogLevel, Settings};
 use crate::stats::StatsCollector;
 
@@ -96,10 +98,18 @@ pub async fn start<C: Clock + Send + Sync + 'static>(
     settings: Settings,
     clock: C,
 ) -> std::io::Result<Running<C>> {
-    let service =
-        RateLimitService::memory(settings.service.clone(), settings.memory_capacity, clock)
-            .map_err(|e| std::io::Error::other(format!("MEMORY_CAPACITY: {e}")))?;
-    let service = Arc::new(service);
+    let store = match &settings.redis {
+        None => Store::Memory(
+            MemoryStore::new(settings.memory_capacity, clock)
+                .map_err(|e| std::io::Error::other(format!("MEMORY_CAPACITY: {e}")))?,
+        ),
+        Some(redis) => Store::Redis(
+            RedisStore::connect(redis)
+                .await
+                .map_err(|e| std::io::Error::other(format!("redis: {e}")))?,
+        ),
+    };
+    let service = Arc::new(RateLimitService::with_store(settings.service.clone(), store));
     for notice in &settings.notices {
         log(&settings, LogLevel::Warn, notice);
     }

@@ -1,0 +1,341 @@
+//! `BACKEND_TYPE=redis`, against a `redis-server` of the test's own on a free loopback port:
+//! the same answers as the memory store over random requests (the model the ported suites hold
+//! the memory store to), exactly the limit under 8 concurrent clients, and a server stopped or
+//! killed answered within `REDIS_TIMEOUT` + 5 ms, then decided on again once it is back.
+
+mod common;
+#[path = "../../ratewell-redis/tests/common/mod.rs"]
+mod redis_common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ratewell_rls::clock::EpochClock;
+use ratewell_rls::proto::{Code, RateLimitOverride, RateLimitRequest, Unit};
+use ratewell_rls::server::start;
+use redis_common::{Cluster, Rng, Server};
+
+const CONFIG: &str = "
+domain: d
+descriptors:
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: route
+    value: search
+    rate_limit: {unit: hour, requests_per_unit: 3}
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 4}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: quota2
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 4}
+";
+
+fn root_with(config: &str) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    write_config(root.path(), &[("d.yaml", config)]);
+    root
+}
+
+fn redis_env<'a>(url: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![("BACKEND_TYPE", "redis"), ("REDIS_URL", url)];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// A random request over the configuration's rules.
+fn random_request(rng: &mut Rng, run: u64) -> RateLimitRequest {
+    let ip = format!("10.0.{run}.{}", rng.below(3));
+    let user = format!("u{}", rng.below(2));
+    let file = format!("files/{}", rng.below(5));
+    let pool: Vec<Vec<(&str, String)>> = vec![
+        vec![("ip", ip)],
+        vec![("route", "search".into()), ("user", user)],
+        vec![("route", "search".into())],
+        vec![("shadow", "x".into())],
+        vec![("quota", "x".into())],
+        vec![("quota2", "x".into())],
+        vec![("blocked", "x".into())],
+        vec![("free", "x".into())],
+        vec![("files", file)],
+        vec![("unknown", "x".into())],
+    ];
+    let n = 1 + rng.below(3) as usize;
+    let picked: Vec<Vec<(&str, String)>> =
+        (0..n).map(|_| pool[rng.below(pool.len() as u64) as usize].clone()).collect();
+    let refs: Vec<Vec<(&str, &str)>> =
+        picked.iter().map(|d| d.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
+    let slices: Vec<&[(&str, &str)]> = refs.iter().map(Vec::as_slice).collect();
+    let mut request = request("d", &slices, 1 + rng.below(2) as u32);
+    for d in &mut request.descriptors {
+        match rng.below(10) {
+            0 => d.hits_addend = Some(0),
+            1 => d.hits_addend = Some(2),
+            2 => {
+                d.limit = Some(RateLimitOverride {
+                    requests_per_unit: 2 + rng.below(2) as u32,
+                    unit: Unit::Hour as i32,
+                })
+            }
+            _ => {}
+        }
+    }
+    request
+}
+
+/// The same random requests answered by the memory store and by Redis: the same codes, limits
+/// and remaining; resets within a second of each other (two clocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_answers_as_the_memory_store() {
+    let server = Server::start();
+    let url = server.url();
+    let root = root_with(CONFIG);
+    let root_s = root.path().display().to_string();
+    let memory = start(settings(root.path(), &[]), EpochClock::new()).await.unwrap();
+    let env = redis_env(&url, &[("CACHE_KEY_PREFIX", "parity:")]);
+    let redis = start(settings(root.path(), &env), EpochClock::new()).await.unwrap();
+    let _ = root_s;
+    clear_of_boundary(86_400, 60).await;
+    clear_of_boundary(3_600, 60).await;
+    let mut m = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{}", memory.grpc),
+    )
+    .await
+    .unwrap();
+    let mut r = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{}", redis.grpc),
+    )
+    .await
+    .unwrap();
+    let mut rng = Rng(11);
+    let mut over = 0;
+    for i in 0..600 {
+        let req = random_request(&mut rng, std::process::id() as u64 % 200);
+        let a = m.should_rate_limit(req.clone()).await.unwrap().into_inner();
+        let mut b = r.should_rate_limit(req.clone()).await.unwrap().into_inner();
+        for (x, y) in a.statuses.iter().zip(&mut b.statuses) {
+            if let (Some(dx), Some(dy)) = (&x.duration_until_reset, &mut y.duration_until_reset) {
+                assert!((dx.seconds - dy.seconds).abs() <= 1, "request {i}: resets {dx:?} {dy:?}");
+                dy.seconds = dx.seconds;
+            }
+        }
+        assert_eq!(a, b, "request {i}: {req:?}");
+        over += usize::from(a.overall_code == Code::OverLimit as i32);
+    }
+    assert!((100..500).contains(&over), "a mix of answers: {over} of 600 over the limit");
+    let keys = server.cli(&["KEYS", "parity:*"]).unwrap_or_default();
+    assert!(
+        keys.lines().any(|k| k.starts_with("parity:d_ip_10.0.")),
+        "keys under the prefix: {keys:?}"
+    );
+}
+
+async fn flood(
+    grpc: std::net::SocketAddr,
+    clients: usize,
+    per_client: usize,
+    request: RateLimitRequest,
+) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let mut c = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+            format!("http://{grpc}"),
+        )
+        .await
+        .unwrap();
+        let request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0;
+            for _ in 0..per_client {
+                let r = c.should_rate_limit(request.clone()).await.unwrap().into_inner();
+                ok += usize::from(r.overall_code == Code::Ok as i32);
+            }
+            ok
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap();
+    }
+    ok
+}
+
+const EXACT: &str = "
+domain: exact
+descriptors:
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: wide
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: tight
+    rate_limit: {unit: hour, requests_per_unit: 300}
+";
+
+/// 8 clients on their own connections, 4,000 requests at a limit of 1,000, against the binary
+/// on Redis: exactly 1,000 OK; pairs charged all or nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_clients_get_exactly_the_limit_on_redis() {
+    let server = Server::start();
+    let url = server.url();
+    let root = root_with(EXACT);
+    let root_s = root.path().display().to_string();
+    let env = redis_env(
+        &url,
+        &[
+            ("RUNTIME_ROOT", &root_s),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("REDIS_TIMEOUT", "1s"),
+        ],
+    );
+    let b = Binary::spawn(&env);
+    clear_of_boundary(3600, 60).await;
+    assert_eq!(flood(b.grpc, 8, 500, request("exact", &[&[("route", "x")]], 1)).await, 1000);
+    assert_eq!(
+        flood(b.grpc, 8, 100, request("exact", &[&[("wide", "x")], &[("tight", "x")]], 1)).await,
+        300
+    );
+    let mut peek = request("exact", &[&[("wide", "x")], &[("tight", "x")]], 1);
+    for d in &mut peek.descriptors {
+        d.hits_addend = Some(0);
+    }
+    let r = b.client().await.should_rate_limit(peek).await.unwrap().into_inner();
+    let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, [700, 0], "only admitted pairs charged the wider limit");
+}
+
+/// Time `n` requests, each on its own; the slowest.
+async fn slowest(
+    grpc: std::net::SocketAddr,
+    n: usize,
+    check: impl Fn(Result<ratewell_rls::proto::RateLimitResponse, tonic::Status>),
+) -> Duration {
+    let mut c = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{grpc}"),
+    )
+    .await
+    .unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..n {
+        let start = Instant::now();
+        let r = c
+            .should_rate_limit(request("d", &[&[("ip", "1.2.3.4")]], 1))
+            .await
+            .map(|r| r.into_inner());
+        worst = worst.max(start.elapsed());
+        check(r);
+    }
+    worst
+}
+
+/// A server stopped (SIGSTOP) or killed: every request answered within REDIS_TIMEOUT + 5 ms,
+/// in the configured way; once the server is back, decisions go to it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_or_killed_server_is_answered_within_the_timeout() {
+    let mut server = Server::start();
+    let url = server.url();
+    let root = root_with(CONFIG);
+    let timeout = Duration::from_millis(20);
+    let bound = timeout + Duration::from_millis(5);
+    for failover in ["error", "open", "closed"] {
+        let env = redis_env(&url, &[("REDIS_TIMEOUT", "20ms"), ("REDIS_FAILOVER", failover)]);
+        let running = start(settings(root.path(), &env), EpochClock::new()).await.unwrap();
+        let expect = |r: Result<ratewell_rls::proto::RateLimitResponse, tonic::Status>| match (
+            failover, r,
+        ) {
+            ("error", Err(e)) => assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}"),
+            ("open", Ok(r)) => assert_eq!(r.overall_code, Code::Ok as i32),
+            ("closed", Ok(r)) => assert_eq!(r.overall_code, Code::OverLimit as i32),
+            (f, other) => panic!("{f}: {other:?}"),
+        };
+        // Up: decided by the server.
+        assert!(slowest(running.grpc, 1, |r| assert!(r.is_ok())).await < Duration::from_secs(1));
+
+        server.stop();
+        // The signal is delivered asynchronously: let it land before timing anything.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let worst = slowest(running.grpc, 20, &expect).await;
+        assert!(worst <= bound, "{failover}, stopped: {worst:?} > {bound:?}");
+        server.resume();
+        wait_decided(running.grpc).await;
+
+        server.kill();
+        let worst = slowest(running.grpc, 20, &expect).await;
+        assert!(worst <= bound, "{failover}, killed: {worst:?} > {bound:?}");
+        server.restart();
+        wait_decided(running.grpc).await;
+        let stats = running.service.stats();
+        assert!(stats.redis_error.load(std::sync::atomic::Ordering::Relaxed) >= 40);
+        running.stop().await;
+    }
+}
+
+/// Wait until the server decides again (a fresh state: the first request is OK with a limit).
+async fn wait_decided(grpc: std::net::SocketAddr) {
+    let mut c = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{grpc}"),
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let r = c
+            .should_rate_limit(request("d", &[&[("unknown", "x")], &[("ip", "9.9.9.9")]], 0))
+            .await;
+        if let Ok(r) = r.map(tonic::Response::into_inner) {
+            if r.statuses[1].current_limit.is_some()
+                && r.overall_code == Code::Ok as i32
+                && r.statuses[1].limit_remaining < 5
+            {
+                return;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the server was not decided on again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// On a Redis Cluster, a request's descriptors sit in one hash slot (their domain's) and are
+/// decided in one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_decides_a_domain_in_one_slot() {
+    let cluster = Cluster::start();
+    let urls = cluster.urls().join(",");
+    let root = root_with(CONFIG);
+    let env = redis_env(&urls, &[("REDIS_TYPE", "CLUSTER"), ("REDIS_TIMEOUT", "1s")]);
+    let running = start(settings(root.path(), &env), EpochClock::new()).await.unwrap();
+    let mut c = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{}", running.grpc),
+    )
+    .await
+    .unwrap();
+    clear_of_boundary(3600, 30).await;
+    for i in 0..5 {
+        let r = c
+            .should_rate_limit(request("d", &[&[("ip", "1.1.1.1")], &[("route", "search")]], 1))
+            .await
+            .unwrap()
+            .into_inner();
+        let want = if i < 3 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(r.overall_code, want as i32, "request {i}");
+    }
+    let r =
+        c.should_rate_limit(request("d", &[&[("ip", "1.1.1.1")]], 1)).await.unwrap().into_inner();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "3 pairs admitted, 2 denied pairs charged nothing"
+    );
+}
