@@ -19,7 +19,6 @@
 //! each). Runs alternate between the servers (noop, memory[, redis], noop, ...), and the report
 //! gives each figure's median over the runs and the ratios the issue sets as bars.
 
-use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
