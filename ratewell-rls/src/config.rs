@@ -78,8 +78,9 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The keys a configuration file may use, at any level.
-const VALID_KEYS: [&str; 16] = [
+/// The keys a configuration file may use, at any level: the Go service's, then this service's
+/// extensions (`policy`, `unit_multiplier`).
+const VALID_KEYS: [&str; 18] = [
     "domain",
     "key",
     "value",
@@ -96,6 +97,8 @@ const VALID_KEYS: [&str; 16] = [
     "value_to_metric",
     "share_threshold",
     "metadata",
+    "policy",
+    "unit_multiplier",
 ];
 
 /// One parsed configuration file (one domain's descriptors), before it is loaded.
@@ -149,6 +152,10 @@ struct YamlRateLimit {
     name: String,
     #[serde(default, deserialize_with = "list")]
     replaces: Vec<YamlReplaces>,
+    #[serde(default, deserialize_with = "scalar_string")]
+    policy: String,
+    #[serde(default, deserialize_with = "count")]
+    unit_multiplier: u32,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -366,6 +373,11 @@ pub struct RateLimit {
     pub share_threshold_key_pattern: Option<Vec<String>>,
     /// The matched descriptor's `metadata`.
     pub metadata: Option<prost_types::Struct>,
+    /// `unit_multiplier` (an extension): the window is this many units (1 without it).
+    pub unit_multiplier: u32,
+    /// `policy` (an extension): the ratewell policy that decides, canonical, instead of a fixed
+    /// window of `requests_per_unit` per unit.
+    pub policy: Option<String>,
 }
 
 impl RateLimit {
@@ -393,6 +405,8 @@ impl RateLimit {
             detailed_metric,
             share_threshold_key_pattern: None,
             metadata: None,
+            unit_multiplier: 1,
+            policy: None,
         }
     }
 
@@ -401,6 +415,8 @@ impl RateLimit {
     fn rekeyed(&self, full_key: String) -> Self {
         RateLimit {
             share_threshold_key_pattern: self.share_threshold_key_pattern.clone(),
+            unit_multiplier: self.unit_multiplier,
+            policy: self.policy.clone(),
             ..RateLimit::new(
                 full_key,
                 self.requests_per_unit,
@@ -462,6 +478,46 @@ fn metadata_value(value: &Value) -> prost_types::Value {
     prost_types::Value { kind: Some(kind) }
 }
 
+/// A rate limit's extensions: `unit_multiplier` (at least 1; 1 without it) and `policy` (a
+/// ratewell policy, canonical), checked.
+fn extension(
+    file: &str,
+    r: &YamlRateLimit,
+    unit: Option<Unit>,
+) -> Result<(u32, Option<String>), ConfigError> {
+    if r.unlimited && (r.unit_multiplier != 0 || !r.policy.is_empty()) {
+        return Err(ConfigError::new(
+            file,
+            "an unlimited rate limit has no unit_multiplier or policy",
+        ));
+    }
+    let multiplier = match r.unit_multiplier {
+        0 => 1,
+        m => m,
+    };
+    let window = unit.and_then(Unit::seconds).unwrap_or(1);
+    if window.checked_mul(u64::from(multiplier)).is_none_or(|w| w > 100 * 31_536_000) {
+        return Err(ConfigError::new(
+            file,
+            format!("unit_multiplier {multiplier}: a window of at most 100 years"),
+        ));
+    }
+    let policy = if r.policy.is_empty() {
+        None
+    } else {
+        match r.policy.parse::<ratewell::Policy>() {
+            Ok(p) => Some(p.to_string()),
+            Err(e) => {
+                return Err(ConfigError::new(
+                    file,
+                    format!("invalid rate limit policy '{}': {e}", r.policy),
+                ));
+            }
+        }
+    };
+    Ok((multiplier, policy))
+}
+
 impl Node {
     /// envoyproxy/ratelimit's `loadDescriptors`: `descriptors` as children of this node, whose
     /// statistics key is `parent_key` (ending in `.`).
@@ -518,7 +574,8 @@ impl Node {
                             ));
                         }
                     }
-                    Some(RateLimit::new(
+                    let (unit_multiplier, policy) = extension(file, r, unit)?;
+                    let mut limit = RateLimit::new(
                         full_key.clone(),
                         r.requests_per_unit,
                         unit.unwrap_or(Unit::Unknown),
@@ -528,7 +585,10 @@ impl Node {
                         r.name.clone(),
                         r.replaces.iter().map(|r| r.name.clone()).collect(),
                         d.detailed_metric,
-                    ))
+                    );
+                    limit.unit_multiplier = unit_multiplier;
+                    limit.policy = policy;
+                    Some(limit)
                 }
             };
             let wild = final_key.contains('*');

@@ -24,25 +24,44 @@ pub const MAX_CONFIG_LIMITS: usize = 100;
 /// once; one no request uses any more is dropped when a new one needs its place.
 pub const MAX_OVERRIDE_LIMITS: usize = 50;
 
-/// A limit as the store decides it: so many requests per unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A limit as a store decides it: so many requests per unit (or per several units), as a fixed
+/// window, or as the ratewell policy the configuration names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Quota {
-    /// Requests per unit (0: every request with a cost is over the limit).
+    /// Requests per unit (0, without a policy: every request with a cost is over the limit).
     pub requests_per_unit: u32,
-    /// The unit, the length of the fixed window.
+    /// The unit.
     pub unit: Unit,
+    /// How many units a window is (`unit_multiplier`; 1 without it).
+    pub multiplier: u32,
+    /// A ratewell policy, canonical, that decides instead of the fixed window (`policy`).
+    pub policy: Option<String>,
 }
 
 impl Quota {
-    /// The window's length in nanoseconds (`None` for [`Unit::Unknown`]).
-    pub fn window_ns(self) -> Option<u64> {
-        self.unit.seconds().map(|s| s * 1_000_000_000)
+    /// `requests_per_unit` per `unit`, a fixed window of one unit (the Go service's limit).
+    pub fn fixed(requests_per_unit: u32, unit: Unit) -> Quota {
+        Quota { requests_per_unit, unit, multiplier: 1, policy: None }
     }
 
-    /// The engine's policy for it: `fixed-window limit=N window=Ws` (`None` for 0 requests or
-    /// an unknown unit).
-    fn policy(self) -> Option<Policy> {
-        let seconds = self.unit.seconds()?;
+    /// The window's length in nanoseconds (`None` for [`Unit::Unknown`]).
+    pub fn window_ns(&self) -> Option<u64> {
+        let seconds = self.unit.seconds()?.checked_mul(u64::from(self.multiplier.max(1)))?;
+        seconds.checked_mul(1_000_000_000)
+    }
+
+    /// Whether nothing at all is admitted (a fixed window of 0 requests).
+    pub fn is_zero(&self) -> bool {
+        self.policy.is_none() && self.requests_per_unit == 0
+    }
+
+    /// The engine's policy for it: the named one, or `fixed-window limit=N window=Ws` (`None`
+    /// for 0 requests or an unknown unit).
+    pub fn engine_policy(&self) -> Option<Policy> {
+        if let Some(text) = &self.policy {
+            return text.parse().ok();
+        }
+        let seconds = self.window_ns()? / 1_000_000_000;
         if self.requests_per_unit == 0 {
             return None;
         }
@@ -82,7 +101,7 @@ impl<C: Clock> std::fmt::Debug for Prepared<C> {
 }
 
 /// One descriptor to decide.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Check<'a> {
     /// The descriptor's entries.
     pub entries: &'a [Entry],
@@ -111,6 +130,9 @@ pub struct Outcome {
     pub remaining: u64,
     /// What was consumed in the window before the request.
     pub consumed: u64,
+    /// The limit decided by: `requests_per_unit`, or the named policy's own (a bucket's
+    /// capacity).
+    pub limit: u64,
     /// Nanoseconds until the window ends.
     pub reset_ns: u64,
 }
@@ -141,6 +163,16 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// A configured limit as a store decides it.
+pub fn quota_of(limit: &crate::config::RateLimit) -> Quota {
+    Quota {
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit,
+        multiplier: limit.unit_multiplier,
+        policy: limit.policy.clone(),
+    }
+}
+
 /// Whether a request whose descriptors came out as `items` (over, shadow, quota mode) is
 /// denied: when a descriptor that is neither shadow nor quota mode is over, or when every
 /// quota-mode descriptor is (envoyproxy/ratelimit's overall code, before the global
@@ -164,24 +196,30 @@ pub fn denied(items: impl Iterator<Item = (bool, bool, bool)>, extra_quota: usiz
 /// The in-process store.
 pub struct MemoryStore<C: Clock> {
     table: Arc<KeyedLimiter<u64, C>>,
+    /// The sliding logs' table (a log is not one word: it has a table of its own).
+    logs: Arc<KeyedLimiter<u64, C>>,
     hasher: ahash::RandomState,
     overrides: Mutex<HashMap<Quota, Arc<Registered<C>>>>,
 }
 
-impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
+impl<C: Clock + Clone> std::fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore").field("capacity", &self.table.capacity()).finish()
     }
 }
 
-impl<C: Clock> MemoryStore<C> {
-    /// A store for up to `capacity` keys (16 bytes each, allocated now), reading `clock`.
+impl<C: Clock + Clone> MemoryStore<C> {
+    /// A store for up to `capacity` keys (16 bytes each, allocated now; sliding logs, whose
+    /// memory grows with use, up to as many more), reading `clock`.
     pub fn new(capacity: usize, clock: C) -> Result<Self, CapacityError> {
-        // The table's own policy decides no key: every decision names a registered one.
+        // The tables' own policies decide no key: every decision names a registered one.
         let default: Policy = "fixed-window limit=1 window=1s".parse().expect("a valid policy");
-        let table = KeyedLimiter::try_with_clock(&default, capacity, clock)?;
+        let log: Policy = "sliding-log limit=1 window=1s".parse().expect("a valid policy");
+        let table = KeyedLimiter::try_with_clock(&default, capacity, clock.clone())?;
+        let logs = KeyedLimiter::try_with_clock(&log, capacity, clock)?;
         Ok(MemoryStore {
             table: Arc::new(table),
+            logs: Arc::new(logs),
             hasher: ahash::RandomState::new(),
             overrides: Mutex::new(HashMap::new()),
         })
@@ -205,11 +243,11 @@ impl<C: Clock> MemoryStore<C> {
         domain: &str,
         entries: &[Entry],
         patterns: Option<&[String]>,
-        quota: Quota,
+        quota: &Quota,
         overridden: bool,
     ) -> u64 {
         let mut h = self.hasher.build_hasher();
-        quota.unit.seconds().hash(&mut h);
+        quota.window_ns().hash(&mut h);
         if overridden {
             quota.requests_per_unit.hash(&mut h);
         }
@@ -230,9 +268,9 @@ impl<C: Clock> MemoryStore<C> {
         h.finish()
     }
 
-    fn register(&self, quota: Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
-        let Some(policy) = quota.policy() else {
-            if quota.unit.seconds().is_none() {
+    fn register(&self, quota: &Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
+        let Some(policy) = quota.engine_policy() else {
+            if quota.window_ns().is_none() {
                 return Err(StoreError::Unregistrable(format!(
                     "a limit of {} per {} has no window",
                     quota.requests_per_unit,
@@ -241,29 +279,33 @@ impl<C: Clock> MemoryStore<C> {
             }
             return Ok(None);
         };
-        let id =
-            self.table.register(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?;
-        Ok(Some(Arc::new(Registered { table: self.table.clone(), id: Some(id) })))
+        let table = match policy.parameters() {
+            ratewell::Parameters::SlidingLog { .. } => &self.logs,
+            _ => &self.table,
+        };
+        let id = table.register(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?;
+        Ok(Some(Arc::new(Registered { table: table.clone(), id: Some(id) })))
+    }
+
+    /// A check's key ([`key`](Self::key)).
+    pub fn check_key(&self, domain: &str, check: &Check<'_>) -> u64 {
+        self.key(domain, check.entries, check.patterns, &check.quota, check.overridden)
     }
 
     /// Register every limit of `config`, or say why not (more than [`MAX_CONFIG_LIMITS`]
     /// distinct ones).
     pub fn prepare(&self, config: &RateLimitConfig) -> Result<Prepared<C>, String> {
         let mut policies = HashMap::new();
-        for limit in config.limits() {
-            if limit.unlimited {
-                continue;
-            }
-            let quota = Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit };
+        for quota in config.limits().into_iter().filter(|l| !l.unlimited).map(quota_of) {
             if policies.contains_key(&quota) {
                 continue;
             }
             if policies.len() == MAX_CONFIG_LIMITS {
                 return Err(format!(
-                    "a configuration may use at most {MAX_CONFIG_LIMITS} distinct limits (requests_per_unit and unit)"
+                    "a configuration may use at most {MAX_CONFIG_LIMITS} distinct limits (requests_per_unit, unit, unit_multiplier and policy)"
                 ));
             }
-            if let Some(registered) = self.register(quota).map_err(|e| e.to_string())? {
+            if let Some(registered) = self.register(&quota).map_err(|e| e.to_string())? {
                 policies.insert(quota, registered);
             }
         }
@@ -272,9 +314,9 @@ impl<C: Clock> MemoryStore<C> {
 
     /// The registration of an override's limit: held in a bounded cache, from which one no
     /// request holds is dropped when a new one needs room.
-    fn override_policy(&self, quota: Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
+    fn override_policy(&self, quota: &Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
         let mut overrides = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = overrides.get(&quota) {
+        if let Some(r) = overrides.get(quota) {
             return Ok(Some(r.clone()));
         }
         if overrides.len() >= MAX_OVERRIDE_LIMITS {
@@ -285,7 +327,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         let registered = self.register(quota)?;
         if let Some(r) = &registered {
-            overrides.insert(quota, r.clone());
+            overrides.insert(quota.clone(), r.clone());
         }
         Ok(registered)
     }
@@ -309,55 +351,93 @@ impl<C: Clock> MemoryStore<C> {
         for check in checks {
             let registered = match prepared.policies.get(&check.quota) {
                 Some(r) => Some(r.clone()),
-                None => match self.override_policy(check.quota) {
+                None => match self.override_policy(&check.quota) {
                     Ok(r) => r,
                     Err(e) => {
                         // Nothing of an undecided request stays charged.
-                        for (_, _, charge) in taken {
-                            if let Some(charge) = charge {
-                                self.table.refund(charge);
+                        for (_, registered, charge) in taken {
+                            if let (Some(r), Some(charge)) = (registered, charge) {
+                                r.table.refund(charge);
                             }
                         }
                         return Err(e);
                     }
                 },
             };
-            let key =
-                self.key(domain, check.entries, check.patterns, check.quota, check.overridden);
+            let key = self.check_key(domain, check);
             let window = check.quota.window_ns().unwrap_or(1);
-            let reset_ns = window - now % window;
-            let limit = u64::from(check.quota.requests_per_unit);
-            let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) else {
+            let window_reset = window - now % window;
+            let Some((table, id)) =
+                registered.as_ref().and_then(|r| Some((&r.table, r.id.as_ref()?)))
+            else {
                 // No requests at all: any cost is over, and nothing is counted.
-                out.push(Outcome {
+                let outcome = Outcome {
                     over: check.cost > 0,
                     charged: false,
                     remaining: 0,
                     consumed: 0,
-                    reset_ns,
-                });
+                    limit: 0,
+                    reset_ns: window_reset,
+                };
+                out.push(outcome);
                 taken.push((key, registered, None));
                 continue;
             };
+            // A fixed window resets at its end; another policy when the key is full again.
+            let reset = |d: &ratewell::Decision| {
+                if check.quota.policy.is_none() { window_reset } else { d.reset_after_ns() }
+            };
             let (outcome, charge) = match u32::try_from(check.cost) {
                 Ok(0) => {
-                    let remaining = self.table.peek_with(&key, id, 1).remaining();
-                    let consumed = limit.saturating_sub(remaining);
-                    (Outcome { over: false, charged: false, remaining, consumed, reset_ns }, None)
+                    let d = table.peek_with(&key, id, 1);
+                    let remaining = d.remaining();
+                    let consumed = d.limit().saturating_sub(remaining);
+                    (
+                        Outcome {
+                            over: false,
+                            charged: false,
+                            remaining,
+                            consumed,
+                            limit: d.limit(),
+                            reset_ns: reset(&d),
+                        },
+                        None,
+                    )
                 }
                 Ok(cost) => {
-                    let (d, charge) = self.table.take_with(&key, id, cost);
+                    let (d, charge) = table.take_with(&key, id, cost);
                     let remaining = d.remaining();
                     let charged = charge.is_some();
                     let before = if charged { remaining + u64::from(cost) } else { remaining };
-                    let consumed = limit.saturating_sub(before);
-                    (Outcome { over: !charged, charged, remaining, consumed, reset_ns }, charge)
+                    let consumed = d.limit().saturating_sub(before);
+                    (
+                        Outcome {
+                            over: !charged,
+                            charged,
+                            remaining,
+                            consumed,
+                            limit: d.limit(),
+                            reset_ns: reset(&d),
+                        },
+                        charge,
+                    )
                 }
                 // More than any limit holds: over, and nothing taken.
                 Err(_) => {
-                    let remaining = self.table.peek_with(&key, id, 1).remaining();
-                    let consumed = limit.saturating_sub(remaining);
-                    (Outcome { over: true, charged: false, remaining, consumed, reset_ns }, None)
+                    let d = table.peek_with(&key, id, 1);
+                    let remaining = d.remaining();
+                    let consumed = d.limit().saturating_sub(remaining);
+                    (
+                        Outcome {
+                            over: true,
+                            charged: false,
+                            remaining,
+                            consumed,
+                            limit: d.limit(),
+                            reset_ns: reset(&d),
+                        },
+                        None,
+                    )
                 }
             };
             out.push(outcome);
@@ -367,18 +447,26 @@ impl<C: Clock> MemoryStore<C> {
         let denied = denied(items, extra_quota);
         if denied {
             let mut refunded = false;
-            for (_, _, charge) in &mut taken {
-                if let Some(charge) = charge.take() {
-                    self.table.refund(charge);
+            for (_, registered, charge) in &mut taken {
+                if let (Some(r), Some(charge)) = (registered.as_ref(), charge.take()) {
+                    r.table.refund(charge);
                     refunded = true;
                 }
             }
             // Each reports what its key had before the request: read again once the charges
             // are back (a descriptor decided after a charge on its own key saw that charge).
             if refunded {
-                for ((key, registered, _), outcome) in taken.iter().zip(out.iter_mut()) {
-                    if let Some(id) = registered.as_ref().and_then(|r| r.id.as_ref()) {
-                        outcome.remaining = self.table.peek_with(key, id, 1).remaining();
+                for (((key, registered, _), outcome), check) in
+                    taken.iter().zip(out.iter_mut()).zip(checks)
+                {
+                    if let Some(r) = registered {
+                        if let Some(id) = r.id.as_ref() {
+                            let d = r.table.peek_with(key, id, 1);
+                            outcome.remaining = d.remaining();
+                            if check.quota.policy.is_some() {
+                                outcome.reset_ns = d.reset_after_ns();
+                            }
+                        }
                     }
                     outcome.charged = false;
                 }

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratewell::Policy;
 use ratewell_redis::{CallItem, CallPolicy, Mode, PerCallLimiter, RedisLimiter};
 
 use crate::memory::{Check, Outcome, Quota, StoreError, denied};
@@ -112,30 +111,34 @@ impl RedisStore {
             }
         }
         key.push('_');
-        key.push_str(&check.quota.unit.seconds().unwrap_or(0).to_string());
+        let window_s = check.quota.window_ns().unwrap_or(0) / 1_000_000_000;
+        key.push_str(&window_s.to_string());
         if check.overridden {
             key.push_str(&format!("o{}", check.quota.requests_per_unit));
         }
         key
     }
 
-    fn policy(&self, quota: Quota) -> Result<Arc<CallPolicy>, StoreError> {
+    fn policy(&self, quota: &Quota) -> Result<Arc<CallPolicy>, StoreError> {
         let mut policies = self.policies.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = policies.get(&quota) {
+        if let Some(p) = policies.get(quota) {
             return Ok(p.clone());
         }
-        let seconds = quota.unit.seconds().unwrap_or(1);
-        let text = format!("fixed-window limit={} window={seconds}s", quota.requests_per_unit);
-        let policy: Policy = text
-            .parse()
-            .map_err(|e: ratewell::PolicyError| StoreError::Unregistrable(e.to_string()))?;
+        let unregistrable = || {
+            StoreError::Unregistrable(format!(
+                "a limit of {} per {} has no policy",
+                quota.requests_per_unit,
+                quota.unit.name()
+            ))
+        };
+        let policy = quota.engine_policy().ok_or_else(unregistrable)?;
         let compiled = Arc::new(
             CallPolicy::new(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?,
         );
         if policies.len() >= MAX_POLICIES {
             policies.clear();
         }
-        policies.insert(quota, compiled.clone());
+        policies.insert(quota.clone(), compiled.clone());
         Ok(compiled)
     }
 
@@ -151,9 +154,8 @@ impl RedisStore {
         out.clear();
         // Checks decided here without the server: a limit of 0 (over for any cost), and costs
         // no limit holds (over); the server still reads the latter's state.
-        let local_over = |c: &Check<'_>| {
-            c.quota.requests_per_unit == 0 && c.cost > 0 || c.cost > u64::from(u32::MAX)
-        };
+        let local_over =
+            |c: &Check<'_>| c.quota.is_zero() && c.cost > 0 || c.cost > u64::from(u32::MAX);
         let forced: Vec<bool> = checks.iter().map(local_over).collect();
         let locally: Vec<(bool, bool, bool)> = checks
             .iter()
@@ -166,7 +168,7 @@ impl RedisStore {
         let remote_quota = checks
             .iter()
             .zip(&forced)
-            .filter(|(c, f)| !**f && c.quota_mode && !c.shadow && c.quota.requests_per_unit > 0)
+            .filter(|(c, f)| !**f && c.quota_mode && !c.shadow && !c.quota.is_zero())
             .count();
         // Whether the quota rule can deny: no quota descriptor that is never over (shadow, only
         // read at a cost of 0, or without a limit under the global QUOTA_MODE).
@@ -178,9 +180,9 @@ impl RedisStore {
         let keys: Vec<String> = checks.iter().map(|c| self.key(domain, c)).collect();
         let mut policies = Vec::with_capacity(checks.len());
         for check in checks {
-            policies.push(match check.quota.requests_per_unit {
-                0 => None,
-                _ => Some(self.policy(check.quota)?),
+            policies.push(match check.quota.is_zero() {
+                true => None,
+                false => Some(self.policy(&check.quota)?),
             });
         }
         let mut items = Vec::with_capacity(checks.len());
@@ -216,16 +218,16 @@ impl RedisStore {
         }
         let admitted = decided.admitted && !read_only;
         for (i, check) in checks.iter().enumerate() {
-            let window = check.quota.window_ns().unwrap_or(1);
-            let reset_ns = window - now_ns % window;
-            let limit = u64::from(check.quota.requests_per_unit);
+            let window = check.quota.window_ns().unwrap_or(1).max(1);
+            let window_reset = window - now_ns % window;
             let outcome = match decisions[i] {
                 None => Outcome {
                     over: check.cost > 0,
                     charged: false,
                     remaining: 0,
                     consumed: 0,
-                    reset_ns,
+                    limit: 0,
+                    reset_ns: window_reset,
                 },
                 Some((mode, d)) => {
                     let remaining = d.remaining();
@@ -233,11 +235,18 @@ impl RedisStore {
                     // Every item was decided at its cost (a read one too, storing nothing).
                     let over = forced[i] || (check.cost > 0 && !d.is_admitted());
                     let before = if charged { remaining + check.cost } else { remaining };
+                    // A fixed window resets at its end; another policy when the key is full.
+                    let reset_ns = if check.quota.policy.is_none() {
+                        window_reset
+                    } else {
+                        d.reset_after_ns()
+                    };
                     Outcome {
                         over,
                         charged,
                         remaining,
-                        consumed: limit.saturating_sub(before),
+                        consumed: d.limit().saturating_sub(before),
+                        limit: d.limit(),
                         reset_ns,
                     }
                 }

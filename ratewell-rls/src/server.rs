@@ -44,10 +44,10 @@ fn log(settings: &Settings, level: LogLevel, message: impl std::fmt::Display) {
 }
 
 /// The gRPC handler.
-struct Handler<C: Clock>(Arc<RateLimitService<C>>);
+struct Handler<C: Clock + Clone>(Arc<RateLimitService<C>>);
 
 #[tonic::async_trait]
-impl<C: Clock + Send + Sync + 'static> Grpc for Handler<C> {
+impl<C: Clock + Clone + Send + Sync + 'static> Grpc for Handler<C> {
     async fn should_rate_limit(
         &self,
         request: tonic::Request<RateLimitRequest>,
@@ -61,7 +61,7 @@ impl<C: Clock + Send + Sync + 'static> Grpc for Handler<C> {
 
 /// A service started by [`start`]: its bound addresses, and the handle that stops it.
 #[derive(Debug)]
-pub struct Running<C: Clock> {
+pub struct Running<C: Clock + Clone> {
     /// The gRPC address.
     pub grpc: SocketAddr,
     /// The HTTP address (`/healthcheck`, `/json`).
@@ -76,7 +76,7 @@ pub struct Running<C: Clock> {
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl<C: Clock> Running<C> {
+impl<C: Clock + Clone> Running<C> {
     /// Stop every listener and the watch, and wait for them.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
@@ -88,13 +88,13 @@ impl<C: Clock> Running<C> {
 
 /// Whether the service reports itself healthy: a configuration is in force (with
 /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, one with at least one domain).
-fn healthy<C: Clock>(service: &RateLimitService<C>, settings: &Settings) -> bool {
+fn healthy<C: Clock + Clone>(service: &RateLimitService<C>, settings: &Settings) -> bool {
     let (loaded, has_domains) = service.config_state();
     loaded && (!settings.healthy_with_config || has_domains)
 }
 
 /// Start the service on `settings`' addresses (port 0 takes a free one), deciding on `clock`.
-pub async fn start<C: Clock + Send + Sync + 'static>(
+pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     settings: Settings,
     clock: C,
 ) -> std::io::Result<Running<C>> {
@@ -202,7 +202,7 @@ pub async fn start<C: Clock + Send + Sync + 'static>(
 
 /// Read the configuration directory and, if it changed since the snapshot `last` digests, load
 /// it: put in force, or refused (counted once per change, and logged), keeping the one in force.
-fn load_counted<C: Clock>(
+fn load_counted<C: Clock + Clone>(
     service: &RateLimitService<C>,
     settings: &Settings,
     last: &mut Option<u64>,
@@ -258,7 +258,7 @@ fn serve(listener: TcpListener, app: Router, stopped: watch::Receiver<bool>) -> 
 
 type AppState<C> = (Arc<RateLimitService<C>>, Arc<Settings>);
 
-async fn healthcheck<C: Clock + Send + Sync + 'static>(
+async fn healthcheck<C: Clock + Clone + Send + Sync + 'static>(
     State((service, settings)): State<AppState<C>>,
 ) -> Response {
     if healthy(&service, &settings) {
@@ -268,7 +268,7 @@ async fn healthcheck<C: Clock + Send + Sync + 'static>(
     }
 }
 
-async fn json<C: Clock + Send + Sync + 'static>(
+async fn json<C: Clock + Clone + Send + Sync + 'static>(
     State((service, settings)): State<AppState<C>>,
     body: Bytes,
 ) -> Response {
@@ -292,7 +292,7 @@ async fn json<C: Clock + Send + Sync + 'static>(
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn rlconfig<C: Clock + Send + Sync + 'static>(
+async fn rlconfig<C: Clock + Clone + Send + Sync + 'static>(
     State((service, _)): State<AppState<C>>,
 ) -> String {
     service.dump_config()

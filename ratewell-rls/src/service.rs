@@ -41,7 +41,7 @@ use std::time::Instant;
 use ratewell::Clock;
 
 use crate::config::{RateLimit as ConfigLimit, RateLimitConfig};
-use crate::memory::{Check, MemoryStore, Outcome, Prepared, Quota, StoreError};
+use crate::memory::{Check, MemoryStore, Outcome, Prepared, StoreError, quota_of};
 use crate::proto::{
     Code, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor, RateLimitRequest,
     RateLimitResponse, Unit,
@@ -178,7 +178,7 @@ struct Slot {
     unlimited: bool,
 }
 
-impl<C: Clock> RateLimitService<C> {
+impl<C: Clock + Clone> RateLimitService<C> {
     /// A service deciding in process, in a table of `capacity` keys (`MEMORY_CAPACITY`), on
     /// `clock` (an [`EpochClock`](crate::clock::EpochClock) in production).
     pub fn memory(
@@ -334,7 +334,7 @@ impl<C: Clock> RateLimitService<C> {
                 )));
             }
             let cost = hits(request, descriptor);
-            let quota = Quota { requests_per_unit: limit.requests_per_unit, unit: limit.unit };
+            let quota = quota_of(limit);
             check_of[i] = Some(checks.len());
             checks.push(Check {
                 entries: &descriptor.entries,
@@ -370,7 +370,7 @@ impl<C: Clock> RateLimitService<C> {
                     .iter()
                     .map(|c| {
                         let limit = u64::from(c.quota.requests_per_unit);
-                        let window = c.quota.window_ns().unwrap_or(1);
+                        let window = c.quota.window_ns().unwrap_or(1).max(1);
                         let remaining = if open { limit } else { 0 };
                         let reset_ns = window - wall % window;
                         Outcome {
@@ -378,6 +378,7 @@ impl<C: Clock> RateLimitService<C> {
                             charged: false,
                             remaining,
                             consumed: limit - remaining,
+                            limit,
                             reset_ns,
                         }
                     })
@@ -450,7 +451,7 @@ impl<C: Clock> RateLimitService<C> {
 
     fn count(&self, limit: &ConfigLimit, check: &Check, outcome: &Outcome) {
         let rule = self.stats.rule(&limit.full_key);
-        let max = u64::from(limit.requests_per_unit);
+        let max = outcome.limit;
         let near = near_threshold(max, self.settings.near_limit_ratio);
         rule.count(check.cost, outcome.consumed, max, near, outcome.over, check.shadow);
     }

@@ -65,12 +65,14 @@ impl RuleStats {
             }
         };
         add(&self.total_hits, cost);
+        // Saturating: a policy's own limit (a bucket's capacity) may not be `requests_per_unit`,
+        // so `after` need not pass `limit` when the request was over.
         let after = before.saturating_add(cost);
         if over {
-            let over_hits = if before >= limit { cost } else { after - limit };
+            let over_hits = if before >= limit { cost } else { after.saturating_sub(limit) };
             add(&self.over_limit, over_hits);
             if before < limit {
-                add(&self.near_limit, limit - near.max(before));
+                add(&self.near_limit, limit.saturating_sub(near.max(before)));
             }
             if shadow {
                 add(&self.shadow_mode, over_hits);

@@ -22,21 +22,24 @@ fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
     pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect()
 }
 
-const SECOND_10: Quota = Quota { requests_per_unit: 10, unit: Unit::Second };
+fn second_10() -> Quota {
+    Quota::fixed(10, Unit::Second)
+}
 
 /// TestGenerateCacheKeys: one key per descriptor, from its domain and entries; the hits are
 /// counted in the rule's `total_hits`.
 #[tokio::test]
 async fn generate_cache_keys() {
     let store = MemoryStore::new(100, ManualClock::new(0)).unwrap();
-    let key = |pairs: &[(&str, &str)]| store.key("domain", &entries(pairs), None, SECOND_10, false);
+    let key =
+        |pairs: &[(&str, &str)]| store.key("domain", &entries(pairs), None, &second_10(), false);
     assert_eq!(key(&[("key", "value")]), key(&[("key", "value")]));
     assert_ne!(key(&[("key", "value")]), key(&[("key", "other")]));
     // Unambiguous where the Go key (`domain_key_value_`) is not.
     assert_ne!(key(&[("a_b", "c")]), key(&[("a", "b_c")]));
     assert_ne!(
-        store.key("domain", &entries(&[("key", "value")]), None, SECOND_10, false),
-        store.key("domain_key", &entries(&[("value", "")]), None, SECOND_10, false)
+        store.key("domain", &entries(&[("key", "value")]), None, &second_10(), false),
+        store.key("domain_key", &entries(&[("value", "")]), None, &second_10(), false)
     );
 
     let config = "domain: domain\ndescriptors:\n  - key: key\n    value: value\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
@@ -105,7 +108,7 @@ descriptors:
             "domain",
             &d.entries,
             limit.share_threshold_key_pattern.as_deref(),
-            SECOND_10,
+            &second_10(),
             false,
         )
     };
