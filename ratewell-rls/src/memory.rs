@@ -137,6 +137,28 @@ pub struct Outcome {
     pub reset_ns: u64,
 }
 
+impl Outcome {
+    /// The outcome for a limit of 0 requests: over for any cost, nothing counted.
+    pub fn zero(cost: u64, reset_ns: u64) -> Self {
+        Outcome { over: cost > 0, charged: false, remaining: 0, consumed: 0, limit: 0, reset_ns }
+    }
+
+    /// The outcome of the decision `d` for a cost of `cost`: `charged` if its cost was taken,
+    /// `over` if it did not fit, resetting in `reset_ns`.
+    pub fn of(d: &ratewell::Decision, cost: u64, charged: bool, over: bool, reset_ns: u64) -> Self {
+        let remaining = d.remaining();
+        let before = if charged { remaining.saturating_add(cost) } else { remaining };
+        Outcome {
+            over,
+            charged,
+            remaining,
+            consumed: d.limit().saturating_sub(before),
+            limit: d.limit(),
+            reset_ns,
+        }
+    }
+}
+
 /// Why the store could not decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
@@ -371,15 +393,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
                 registered.as_ref().and_then(|r| Some((&r.table, r.id.as_ref()?)))
             else {
                 // No requests at all: any cost is over, and nothing is counted.
-                let outcome = Outcome {
-                    over: check.cost > 0,
-                    charged: false,
-                    remaining: 0,
-                    consumed: 0,
-                    limit: 0,
-                    reset_ns: window_reset,
-                };
-                out.push(outcome);
+                out.push(Outcome::zero(check.cost, window_reset));
                 taken.push((key, registered, None));
                 continue;
             };
@@ -387,59 +401,17 @@ impl<C: Clock + Clone> MemoryStore<C> {
             let reset = |d: &ratewell::Decision| {
                 if check.quota.policy.is_none() { window_reset } else { d.reset_after_ns() }
             };
-            let (outcome, charge) = match u32::try_from(check.cost) {
-                Ok(0) => {
-                    let d = table.peek_with(&key, id, 1);
-                    let remaining = d.remaining();
-                    let consumed = d.limit().saturating_sub(remaining);
-                    (
-                        Outcome {
-                            over: false,
-                            charged: false,
-                            remaining,
-                            consumed,
-                            limit: d.limit(),
-                            reset_ns: reset(&d),
-                        },
-                        None,
-                    )
-                }
+            let (d, charge, over) = match u32::try_from(check.cost) {
+                Ok(0) => (table.peek_with(&key, id, 1), None, false),
                 Ok(cost) => {
                     let (d, charge) = table.take_with(&key, id, cost);
-                    let remaining = d.remaining();
-                    let charged = charge.is_some();
-                    let before = if charged { remaining + u64::from(cost) } else { remaining };
-                    let consumed = d.limit().saturating_sub(before);
-                    (
-                        Outcome {
-                            over: !charged,
-                            charged,
-                            remaining,
-                            consumed,
-                            limit: d.limit(),
-                            reset_ns: reset(&d),
-                        },
-                        charge,
-                    )
+                    let over = charge.is_none();
+                    (d, charge, over)
                 }
                 // More than any limit holds: over, and nothing taken.
-                Err(_) => {
-                    let d = table.peek_with(&key, id, 1);
-                    let remaining = d.remaining();
-                    let consumed = d.limit().saturating_sub(remaining);
-                    (
-                        Outcome {
-                            over: true,
-                            charged: false,
-                            remaining,
-                            consumed,
-                            limit: d.limit(),
-                            reset_ns: reset(&d),
-                        },
-                        None,
-                    )
-                }
+                Err(_) => (table.peek_with(&key, id, 1), None, true),
             };
+            let outcome = Outcome::of(&d, check.cost, charge.is_some(), over, reset(&d));
             out.push(outcome);
             taken.push((key, registered, charge));
         }

@@ -221,34 +221,18 @@ impl RedisStore {
             let window = check.quota.window_ns().unwrap_or(1).max(1);
             let window_reset = window - now_ns % window;
             let outcome = match decisions[i] {
-                None => Outcome {
-                    over: check.cost > 0,
-                    charged: false,
-                    remaining: 0,
-                    consumed: 0,
-                    limit: 0,
-                    reset_ns: window_reset,
-                },
+                None => Outcome::zero(check.cost, window_reset),
                 Some((mode, d)) => {
-                    let remaining = d.remaining();
                     let charged = admitted && mode != Mode::Read && d.is_admitted();
                     // Every item was decided at its cost (a read one too, storing nothing).
                     let over = forced[i] || (check.cost > 0 && !d.is_admitted());
-                    let before = if charged { remaining + check.cost } else { remaining };
                     // A fixed window resets at its end; another policy when the key is full.
                     let reset_ns = if check.quota.policy.is_none() {
                         window_reset
                     } else {
                         d.reset_after_ns()
                     };
-                    Outcome {
-                        over,
-                        charged,
-                        remaining,
-                        consumed: d.limit().saturating_sub(before),
-                        limit: d.limit(),
-                        reset_ns,
-                    }
+                    Outcome::of(&d, check.cost, charged, over, reset_ns)
                 }
             };
             out.push(outcome);

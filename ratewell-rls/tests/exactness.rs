@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use ratewell_rls::proto::{Code, RateLimitRequest};
 
 const CONFIG: &str = "
 domain: exact
@@ -17,29 +16,6 @@ descriptors:
   - key: tight
     rate_limit: {unit: hour, requests_per_unit: 300}
 ";
-
-/// `clients` clients, each on its own connection, send `per_client` copies of `request`;
-/// the OK answers.
-async fn flood(b: &Binary, clients: usize, per_client: usize, request: RateLimitRequest) -> usize {
-    let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let mut c = b.client().await;
-        let request = request.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
-            for _ in 0..per_client {
-                let r = c.should_rate_limit(request.clone()).await.unwrap().into_inner();
-                ok += usize::from(r.overall_code == Code::Ok as i32);
-            }
-            ok
-        }));
-    }
-    let mut ok = 0;
-    for t in tasks {
-        ok += t.await.unwrap();
-    }
-    ok
-}
 
 /// What remains of `key`'s limit, read without charging (a per-descriptor `hits_addend` of 0).
 async fn remaining(b: &Binary, key: &str) -> u32 {
@@ -56,7 +32,7 @@ async fn eight_clients_get_exactly_the_limit() {
     let root_s = root.path().display().to_string();
     let b = Binary::spawn(&[("RUNTIME_ROOT", &root_s), ("RUNTIME_SUBDIRECTORY", "ratelimit")]);
     clear_of_boundary(3600, 30).await;
-    let ok = flood(&b, 8, 500, request("exact", &[&[("route", "x")]], 1)).await;
+    let ok = flood(b.grpc, 8, 500, request("exact", &[&[("route", "x")]], 1)).await;
     assert_eq!(ok, 1000);
     assert_eq!(remaining(&b, "route").await, 0);
 }
@@ -68,7 +44,8 @@ async fn two_descriptors_are_charged_all_or_nothing() {
     let root_s = root.path().display().to_string();
     let b = Binary::spawn(&[("RUNTIME_ROOT", &root_s), ("RUNTIME_SUBDIRECTORY", "ratelimit")]);
     clear_of_boundary(3600, 30).await;
-    let ok = flood(&b, 8, 100, request("exact", &[&[("wide", "x")], &[("tight", "x")]], 1)).await;
+    let ok =
+        flood(b.grpc, 8, 100, request("exact", &[&[("wide", "x")], &[("tight", "x")]], 1)).await;
     assert_eq!(ok, 300, "the tighter limit admits 300 pairs");
     assert_eq!(remaining(&b, "tight").await, 0);
     assert_eq!(remaining(&b, "wide").await, 700, "only admitted pairs charged the wider limit");

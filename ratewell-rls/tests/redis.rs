@@ -153,36 +153,6 @@ async fn redis_answers_as_the_memory_store() {
     );
 }
 
-async fn flood(
-    grpc: std::net::SocketAddr,
-    clients: usize,
-    per_client: usize,
-    request: RateLimitRequest,
-) -> usize {
-    let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let mut c = ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient::connect(
-            format!("http://{grpc}"),
-        )
-        .await
-        .unwrap();
-        let request = request.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
-            for _ in 0..per_client {
-                let r = c.should_rate_limit(request.clone()).await.unwrap().into_inner();
-                ok += usize::from(r.overall_code == Code::Ok as i32);
-            }
-            ok
-        }));
-    }
-    let mut ok = 0;
-    for t in tasks {
-        ok += t.await.unwrap();
-    }
-    ok
-}
-
 const EXACT: &str = "
 domain: exact
 descriptors:

@@ -309,3 +309,32 @@ pub async fn clear_of_boundary(unit_s: u64, margin_s: u64) {
         tokio::time::sleep(Duration::from_secs_f64(left + 0.05)).await;
     }
 }
+
+/// `clients` clients, each on its own connection to `grpc`, send `per_client` copies of
+/// `request` one after another; the OK answers.
+pub async fn flood(
+    grpc: std::net::SocketAddr,
+    clients: usize,
+    per_client: usize,
+    request: RateLimitRequest,
+) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let mut c =
+            RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("a connection");
+        let request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0;
+            for _ in 0..per_client {
+                let r = c.should_rate_limit(request.clone()).await.unwrap().into_inner();
+                ok += usize::from(r.overall_code == Code::Ok as i32);
+            }
+            ok
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap();
+    }
+    ok
+}
