@@ -310,6 +310,23 @@ async fn config_reload(watch_root: bool) {
         .unwrap()
         .into_inner();
     assert_eq!(r, response(Code::Ok, vec![no_limit(0)]), "the domain is gone again");
+
+    // Beyond the Go case: a bad file is refused within 1 s, counted and logged, and the
+    // configuration in force stays.
+    let errors = || metric(&b, "ratelimit_service_config_load_error ");
+    let before = errors().await;
+    // Both modes' root points at v1 again by now.
+    let dir = config_dir(&v1);
+    std::fs::write(dir.join("bad.yaml"), "domain: bad\nratelimit: {}\n").unwrap();
+    let started = std::time::Instant::now();
+    while errors().await <= before {
+        assert!(started.elapsed() < Duration::from_secs(1), "refused within 1 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(b.logged("error loading new configuration"), "{:?}", b.log.lock().unwrap());
+    let r =
+        c.should_rate_limit(request("basic", &[&[("key1", "foo")]], 1)).await.unwrap().into_inner();
+    assert_eq!(r.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit), Some(50));
 }
 
 /// TestBasicReloadConfig with `RUNTIME_WATCH_ROOT=true`: the root symlink swapped.
