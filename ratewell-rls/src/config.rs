@@ -79,8 +79,8 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The keys a configuration file may use, at any level: the Go service's, then this service's
-/// extensions (`policy`, `unit_multiplier`).
-const VALID_KEYS: [&str; 18] = [
+/// extensions (`policy`, `unit_multiplier`, `rate_limits`).
+const VALID_KEYS: [&str; 19] = [
     "domain",
     "key",
     "value",
@@ -99,6 +99,7 @@ const VALID_KEYS: [&str; 18] = [
     "metadata",
     "policy",
     "unit_multiplier",
+    "rate_limits",
 ];
 
 /// One parsed configuration file (one domain's descriptors), before it is loaded.
@@ -124,6 +125,8 @@ struct YamlDescriptor {
     value: String,
     #[serde(default)]
     rate_limit: Option<YamlRateLimit>,
+    #[serde(default, deserialize_with = "list")]
+    rate_limits: Vec<YamlRateLimit>,
     #[serde(default, deserialize_with = "list")]
     descriptors: Vec<YamlDescriptor>,
     #[serde(default, deserialize_with = "flag")]
@@ -378,6 +381,24 @@ pub struct RateLimit {
     /// `policy` (an extension): the ratewell policy that decides, canonical, instead of a fixed
     /// window of `requests_per_unit` per unit.
     pub policy: Option<String>,
+    /// `rate_limits` (an extension): the descriptor's limits after the first, decided with it,
+    /// all or nothing.
+    pub more: Vec<MoreLimit>,
+}
+
+/// One more limit of a descriptor with `rate_limits` (an extension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoreLimit {
+    /// `name`.
+    pub name: String,
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+    /// `unit_multiplier` (1 without it).
+    pub unit_multiplier: u32,
+    /// `policy`, canonical.
+    pub policy: Option<String>,
 }
 
 impl RateLimit {
@@ -407,6 +428,7 @@ impl RateLimit {
             metadata: None,
             unit_multiplier: 1,
             policy: None,
+            more: Vec::new(),
         }
     }
 
@@ -417,6 +439,7 @@ impl RateLimit {
             share_threshold_key_pattern: self.share_threshold_key_pattern.clone(),
             unit_multiplier: self.unit_multiplier,
             policy: self.policy.clone(),
+            more: self.more.clone(),
             ..RateLimit::new(
                 full_key,
                 self.requests_per_unit,
@@ -543,7 +566,14 @@ impl Node {
                     format!("duplicate descriptor composite key '{full_key}'"),
                 ));
             }
-            let limit = match &d.rate_limit {
+            if d.rate_limit.is_some() && !d.rate_limits.is_empty() {
+                return Err(ConfigError::new(file, "use rate_limit or rate_limits, not both"));
+            }
+            if d.quota_mode && d.rate_limits.len() > 1 {
+                return Err(ConfigError::new(file, "a quota_mode descriptor takes one rate limit"));
+            }
+            let mut limits = d.rate_limit.iter().chain(&d.rate_limits);
+            let limit = match limits.next() {
                 None => None,
                 Some(r) => {
                     let unit = Unit::from_name(&r.unit).filter(|&u| u != Unit::Unknown);
@@ -588,6 +618,36 @@ impl Node {
                     );
                     limit.unit_multiplier = unit_multiplier;
                     limit.policy = policy;
+                    for more in limits {
+                        if r.unlimited || more.unlimited {
+                            return Err(ConfigError::new(
+                                file,
+                                "an unlimited rate limit cannot be one of several",
+                            ));
+                        }
+                        if !more.replaces.is_empty() {
+                            return Err(ConfigError::new(
+                                file,
+                                "replaces belongs to a descriptor's first rate limit",
+                            ));
+                        }
+                        let Some(unit) =
+                            Unit::from_name(&more.unit).filter(|&u| u != Unit::Unknown)
+                        else {
+                            return Err(ConfigError::new(
+                                file,
+                                format!("invalid rate limit unit '{}'", more.unit),
+                            ));
+                        };
+                        let (unit_multiplier, policy) = extension(file, more, Some(unit))?;
+                        limit.more.push(MoreLimit {
+                            name: more.name.clone(),
+                            requests_per_unit: more.requests_per_unit,
+                            unit,
+                            unit_multiplier,
+                            policy,
+                        });
+                    }
                     Some(limit)
                 }
             };

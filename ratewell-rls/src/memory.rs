@@ -109,6 +109,9 @@ pub struct Check<'a> {
     pub patterns: Option<&'a [String]>,
     /// Whether the limit is the request's override.
     pub overridden: bool,
+    /// Which of the descriptor's limits this is (0: the first; more with `rate_limits`): each
+    /// counts under a key of its own.
+    pub nth: u8,
     /// Its limit.
     pub quota: Quota,
     /// Its cost (0: only read the state).
@@ -185,14 +188,22 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// A configured limit as a store decides it.
-pub fn quota_of(limit: &crate::config::RateLimit) -> Quota {
-    Quota {
+/// A configured limit's limits as a store decides them: its own, then its further ones
+/// (`rate_limits`).
+pub fn quotas(limit: &crate::config::RateLimit) -> Vec<Quota> {
+    let first = Quota {
         requests_per_unit: limit.requests_per_unit,
         unit: limit.unit,
         multiplier: limit.unit_multiplier,
         policy: limit.policy.clone(),
-    }
+    };
+    let more = limit.more.iter().map(|m| Quota {
+        requests_per_unit: m.requests_per_unit,
+        unit: m.unit,
+        multiplier: m.unit_multiplier,
+        policy: m.policy.clone(),
+    });
+    std::iter::once(first).chain(more).collect()
 }
 
 /// Whether a request whose descriptors came out as `items` (over, shadow, quota mode) is
@@ -309,16 +320,21 @@ impl<C: Clock + Clone> MemoryStore<C> {
         Ok(Some(Arc::new(Registered { table: table.clone(), id: Some(id) })))
     }
 
-    /// A check's key ([`key`](Self::key)).
+    /// A check's key: its descriptor's ([`key`](Self::key)), and for a descriptor's further
+    /// limit its position too.
     pub fn check_key(&self, domain: &str, check: &Check<'_>) -> u64 {
-        self.key(domain, check.entries, check.patterns, &check.quota, check.overridden)
+        let key = self.key(domain, check.entries, check.patterns, &check.quota, check.overridden);
+        if check.nth == 0 {
+            return key;
+        }
+        self.hasher.hash_one((key, check.nth))
     }
 
     /// Register every limit of `config`, or say why not (more than [`MAX_CONFIG_LIMITS`]
     /// distinct ones).
     pub fn prepare(&self, config: &RateLimitConfig) -> Result<Prepared<C>, String> {
         let mut policies = HashMap::new();
-        for quota in config.limits().into_iter().filter(|l| !l.unlimited).map(quota_of) {
+        for quota in config.limits().into_iter().filter(|l| !l.unlimited).flat_map(quotas) {
             if policies.contains_key(&quota) {
                 continue;
             }

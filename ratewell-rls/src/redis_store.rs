@@ -116,6 +116,9 @@ impl RedisStore {
         if check.overridden {
             key.push_str(&format!("o{}", check.quota.requests_per_unit));
         }
+        if check.nth > 0 {
+            key.push_str(&format!("n{}", check.nth));
+        }
         key
     }
 

@@ -41,7 +41,7 @@ use std::time::Instant;
 use ratewell::Clock;
 
 use crate::config::{RateLimit as ConfigLimit, RateLimitConfig};
-use crate::memory::{Check, MemoryStore, Outcome, Prepared, StoreError, quota_of};
+use crate::memory::{Check, MemoryStore, Outcome, Prepared, StoreError, quotas};
 use crate::proto::{
     Code, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor, RateLimitRequest,
     RateLimitResponse, Unit,
@@ -317,8 +317,8 @@ impl<C: Clock + Clone> RateLimitService<C> {
 
         // The checks for the store, one per descriptor with a limit.
         let mut checks = Vec::new();
-        // Per descriptor, its index among the checks.
-        let mut check_of: Vec<Option<usize>> = vec![None; slots.len()];
+        // Per descriptor, the range of its checks (one per limit).
+        let mut check_of: Vec<Option<std::ops::Range<usize>>> = vec![None; slots.len()];
         let mut extra_quota = 0;
         for (i, (slot, descriptor)) in slots.iter().zip(&request.descriptors).enumerate() {
             let Some(limit) = &slot.limit else {
@@ -334,17 +334,20 @@ impl<C: Clock + Clone> RateLimitService<C> {
                 )));
             }
             let cost = hits(request, descriptor);
-            let quota = quota_of(limit);
-            check_of[i] = Some(checks.len());
-            checks.push(Check {
-                entries: &descriptor.entries,
-                patterns: limit.share_threshold_key_pattern.as_deref(),
-                overridden: descriptor.limit.is_some(),
-                quota,
-                cost,
-                shadow: limit.shadow_mode,
-                quota_mode: settings.quota_mode || limit.quota_mode,
-            });
+            let start = checks.len();
+            for (nth, quota) in quotas(limit).into_iter().enumerate() {
+                checks.push(Check {
+                    entries: &descriptor.entries,
+                    patterns: limit.share_threshold_key_pattern.as_deref(),
+                    overridden: descriptor.limit.is_some(),
+                    nth: nth as u8,
+                    quota,
+                    cost,
+                    shadow: limit.shadow_mode,
+                    quota_mode: settings.quota_mode || limit.quota_mode,
+                });
+            }
+            check_of[i] = Some(start..checks.len());
         }
 
         let mut outcomes = Vec::with_capacity(checks.len());
@@ -394,11 +397,23 @@ impl<C: Clock + Clone> RateLimitService<C> {
         let mut min_remaining = u32::MAX;
         let mut passed = Vec::new();
         for (i, slot) in slots.iter().enumerate() {
-            let status = match (&slot.limit, check_of[i]) {
-                (Some(limit), Some(c)) => {
-                    let (check, outcome) = (&checks[c], &outcomes[c]);
+            let status = match (&slot.limit, check_of[i].clone()) {
+                (Some(limit), Some(range)) => {
+                    // A descriptor with several limits reports the first that is over, else the
+                    // one with the least remaining.
+                    let start = range.start;
+                    let outcomes = &outcomes[range];
+                    let k = outcomes.iter().position(|o| o.over).unwrap_or_else(|| {
+                        let least = outcomes.iter().map(|o| o.remaining).min().unwrap_or(0);
+                        outcomes.iter().position(|o| o.remaining == least).unwrap_or(0)
+                    });
+                    let (check, outcome) = (&checks[start + k], &outcomes[k]);
                     self.count(limit, check, outcome);
-                    status(limit, check, outcome)
+                    let (name, rpu, unit) = match k.checked_sub(1).and_then(|m| limit.more.get(m)) {
+                        Some(m) => (&m.name, m.requests_per_unit, m.unit),
+                        None => (&limit.name, limit.requests_per_unit, limit.unit),
+                    };
+                    status(name, rpu, unit, check, outcome)
                 }
                 _ if slot.unlimited => DescriptorStatus {
                     code: Code::Ok as i32,
@@ -472,14 +487,13 @@ fn header(key: &str, value: String) -> HeaderValue {
 }
 
 /// The status of a descriptor the store decided.
-fn status(limit: &ConfigLimit, check: &Check, outcome: &Outcome) -> DescriptorStatus {
+fn status(name: &str, rpu: u32, unit: Unit, check: &Check, outcome: &Outcome) -> DescriptorStatus {
     let code = if outcome.over && !check.shadow { Code::OverLimit } else { Code::Ok };
-    let unit = if limit.unit == Unit::Unknown { Unit::Unknown } else { limit.unit };
     DescriptorStatus {
         code: code as i32,
         current_limit: Some(RateLimit {
-            name: limit.name.clone(),
-            requests_per_unit: limit.requests_per_unit,
+            name: name.to_owned(),
+            requests_per_unit: rpu,
             unit: unit as i32,
         }),
         limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),

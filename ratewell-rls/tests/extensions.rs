@@ -1,5 +1,6 @@
-//! The extensions the Go service does not read: `policy` (any ratewell policy decides a rule)
-//! and `unit_multiplier` (a window of several units), in memory on a manual clock.
+//! The extensions the Go service does not read: `policy` (any ratewell policy decides a rule),
+//! `unit_multiplier` (a window of several units) and `rate_limits` (several limits on one
+//! descriptor, all or nothing), in memory on a manual clock.
 
 mod common;
 
@@ -18,6 +19,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, policy: "sliding-log limit=2 window=1m"}
   - key: nginx
     rate_limit: {unit: second, requests_per_unit: 2, policy: "leaky-bucket rate=2r/s burst=1 nodelay"}
+  - key: bands
+    rate_limits:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: minute, requests_per_unit: 3, name: per_minute}
 "#;
 
 async fn codes(h: &mut Harness, key: &str, n: usize) -> Vec<i32> {
@@ -72,6 +77,36 @@ async fn sliding_log_and_nginx_policies() {
     assert_eq!(codes(&mut h, "nginx", 2).await, [OK, OVER]);
 }
 
+/// Several limits on one descriptor: each counts, the request is admitted only if all have
+/// room, a denied request charges none, and the status is the first limit over, else the one
+/// with the least remaining.
+#[tokio::test]
+async fn several_limits_on_one_descriptor() {
+    let mut h = Harness::start(&[("ext.yaml", CONFIG)], &[], 2222).await;
+    let call = |h: &mut Harness| {
+        let req = request("ext", &[&[("bands", "x")]], 1);
+        let mut c = h.client.clone();
+        async move { c.should_rate_limit(req).await.unwrap().into_inner() }
+    };
+    let per_second = |code, remaining| status(code, 2, Unit::Second, remaining, 1);
+    let per_minute = |code, remaining| named(code, "per_minute", 3, Unit::Minute, remaining, 57);
+    assert_eq!(call(&mut h).await, response(Code::Ok, vec![per_second(Code::Ok, 1)]));
+    assert_eq!(call(&mut h).await, response(Code::Ok, vec![per_second(Code::Ok, 0)]));
+    assert_eq!(call(&mut h).await, response(Code::OverLimit, vec![per_second(Code::OverLimit, 0)]));
+    h.clock.advance(S);
+    // The minute band has 1 left, the second band 2: the least remaining is reported.
+    assert_eq!(call(&mut h).await, response(Code::Ok, vec![per_minute(Code::Ok, 0)]));
+    let over = response(Code::OverLimit, vec![per_minute(Code::OverLimit, 0)]);
+    assert_eq!(call(&mut h).await, over);
+    // The denied requests charged the second band nothing: it still has 1 of its 2.
+    let mut peek = request("ext", &[&[("bands", "x")]], 1);
+    peek.descriptors[0].hits_addend = Some(0);
+    let r = h.call(peek).await.unwrap();
+    assert_eq!(r, response(Code::Ok, vec![per_minute(Code::Ok, 0)]));
+    h.clock.advance(57 * S);
+    assert_eq!(call(&mut h).await, response(Code::Ok, vec![per_second(Code::Ok, 1)]));
+}
+
 #[test]
 fn bad_extensions_are_load_errors() {
     let load = |yaml: &str| {
@@ -94,4 +129,10 @@ fn bad_extensions_are_load_errors() {
     assert_eq!(e, "ext.yaml: unit_multiplier 101: a window of at most 100 years");
     let config = load(&rule("{unit: minute, requests_per_unit: 1, unit_multiplier: 0}")).unwrap();
     assert_eq!(config.limits()[0].unit_multiplier, 1, "0 is the unit itself");
+    let both = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: second, requests_per_unit: 1}]\n";
+    assert_eq!(load(both).unwrap_err(), "ext.yaml: use rate_limit or rate_limits, not both");
+    let quota = "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limits: [{unit: second, requests_per_unit: 1}, {unit: day, requests_per_unit: 9}]\n";
+    assert_eq!(load(quota).unwrap_err(), "ext.yaml: a quota_mode descriptor takes one rate limit");
+    let bad_unit = "domain: d\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 1}, {unit: fortnight, requests_per_unit: 9}]\n";
+    assert_eq!(load(bad_unit).unwrap_err(), "ext.yaml: invalid rate limit unit 'fortnight'");
 }

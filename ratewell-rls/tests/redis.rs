@@ -47,6 +47,10 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 3, policy: \"sliding-log limit=3 window=1d\"}
   - key: six_hours
     rate_limit: {unit: hour, requests_per_unit: 4, unit_multiplier: 6}
+  - key: bands
+    rate_limits:
+      - {unit: hour, requests_per_unit: 3}
+      - {unit: day, requests_per_unit: 5, name: daily}
 ";
 
 fn root_with(config: &str) -> tempfile::TempDir {
@@ -81,6 +85,7 @@ fn random_request(rng: &mut Rng, run: u64) -> RateLimitRequest {
         vec![("bucket", format!("b{}", rng.below(2)))],
         vec![("log", format!("l{}", rng.below(2)))],
         vec![("six_hours", "x".into())],
+        vec![("bands", format!("c{}", rng.below(2)))],
     ];
     let n = 1 + rng.below(3) as usize;
     let picked: Vec<Vec<(&str, String)>> =
