@@ -181,8 +181,9 @@ enum Role {
 struct Admin {
     overrides: HashMap<u64, u8>,
     roles: [Option<Role>; 256],
-    /// Per slot, the registrations of a pinned policy not yet released.
-    pins: [u32; 256],
+    /// Per slot, the registrations of a pinned policy not yet released (on the heap: the
+    /// registry is built on the stack, and a loom model's thread has little of it).
+    pins: Box<[u32]>,
     /// Arena positions in use, and each distinct policy's (by its canonical text).
     arena_len: u32,
     positions: HashMap<String, u32>,
@@ -231,7 +232,7 @@ impl Registry {
             admin: Mutex::new(Admin {
                 overrides: HashMap::new(),
                 roles: [None; 256],
-                pins: [0; 256],
+                pins: vec![0; 256].into_boxed_slice(),
                 arena_len: 0,
                 positions: HashMap::new(),
                 log_kind: is_log(policy),
