@@ -292,28 +292,25 @@ impl<C: Clock + Clone> RateLimitService<C> {
         let settings = &self.settings;
 
         // The limits, `replaces` applied (envoyproxy/ratelimit's constructLimitsToCheck).
-        let mut slots: Vec<Slot> = Vec::with_capacity(request.descriptors.len());
-        let mut replacing: HashSet<&str> = HashSet::new();
         let limits: Vec<Option<ConfigLimit>> = request
             .descriptors
             .iter()
             .map(|d| loaded.config.get_limit(&request.domain, d))
             .collect();
-        for limit in limits.iter().flatten() {
-            replacing.extend(limit.replaces.iter().map(String::as_str));
-        }
-        for limit in &limits {
-            let mut limit = limit.clone();
-            let unlimited = limit.as_ref().is_some_and(|l| l.unlimited);
-            if unlimited
-                || limit
+        // The names some matched limit replaces (most requests have none: no set is built).
+        let replacing: HashSet<String> =
+            limits.iter().flatten().flat_map(|l| l.replaces.iter().cloned()).collect();
+        let slots: Vec<Slot> = limits
+            .into_iter()
+            .map(|limit| {
+                let unlimited = limit.as_ref().is_some_and(|l| l.unlimited);
+                let replaced = limit
                     .as_ref()
-                    .is_some_and(|l| !l.name.is_empty() && replacing.contains(l.name.as_str()))
-            {
-                limit = None;
-            }
-            slots.push(Slot { limit, unlimited });
-        }
+                    .is_some_and(|l| !l.name.is_empty() && replacing.contains(&l.name));
+                let limit = if unlimited || replaced { None } else { limit };
+                Slot { limit, unlimited }
+            })
+            .collect();
 
         // The checks for the store, one per descriptor with a limit.
         let mut checks = Vec::new();
