@@ -240,7 +240,7 @@ impl LogTable {
             let mut shard = self.shard(hash);
             if let Some(&i) = shard.index.get(&hash) {
                 let idx = shard.nodes[i as usize].idx;
-                if let Some(a) = sliding_log(policies, idx).filter(|_| policies.wants(idx)) {
+                if let Some(a) = policies.deciding(idx).and_then(as_log) {
                     return taken(shard.decide_at(i, a, now, cost, commit), idx);
                 }
             }

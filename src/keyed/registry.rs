@@ -64,6 +64,13 @@ pub(crate) trait Policies {
         let _ = idx;
         true
     }
+    /// The policy a key stored under slot `idx` is decided by as it is stored: the slot's
+    /// ([`algorithm`](Self::algorithm)), unless the slot is retired or the decision
+    /// [`wants`](Self::wants) the key moved to another first (`None`: move it).
+    #[inline(always)]
+    fn deciding(&self, idx: u8) -> Option<&Algorithm> {
+        if self.wants(idx) { self.algorithm(idx) } else { None }
+    }
 }
 
 /// The registry as a decision under a registered policy sees it (`KeyedLimiter::check_with`):

@@ -497,7 +497,7 @@ impl Table {
                 }
             };
             let idx = (key >> FP_BITS) as u8;
-            let Some(algorithm) = policies.algorithm(idx).filter(|_| policies.wants(idx)) else {
+            let Some(algorithm) = policies.deciding(idx) else {
                 self.migrate_at(policies, place, now);
                 continue;
             };
@@ -791,11 +791,9 @@ impl Store for Table {
         let place = self.place(hash);
         if let Some((slot, key)) = self.find_in(place, place.b1) {
             let idx = (key >> FP_BITS) as u8;
-            if policies.wants(idx) {
-                if let Some(algorithm) = policies.algorithm(idx) {
-                    if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
-                        return report;
-                    }
+            if let Some(algorithm) = policies.deciding(idx) {
+                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
+                    return report;
                 }
             }
         }
@@ -831,7 +829,7 @@ impl Store for Table {
         for (found, &(hash, cost)) in found.iter().zip(group) {
             let report = found.and_then(|(slot, key)| {
                 let idx = (key >> FP_BITS) as u8;
-                let algorithm = policies.algorithm(idx).filter(|_| policies.wants(idx))?;
+                let algorithm = policies.deciding(idx)?;
                 self.apply(algorithm, slot, key, now, cost)
             });
             each(report.unwrap_or_else(|| self.decide_slow(policies, hash, now, cost)));
@@ -849,7 +847,7 @@ impl Store for Table {
                 return algorithm.peek(0, now, cost);
             };
             let idx = (key >> FP_BITS) as u8;
-            let Some(algorithm) = policies.algorithm(idx).filter(|_| policies.wants(idx)) else {
+            let Some(algorithm) = policies.deciding(idx) else {
                 self.migrate_at(policies, place, now);
                 continue;
             };
