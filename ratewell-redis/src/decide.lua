@@ -1,4 +1,9 @@
--- ratewell: one decision (or refund) of one or more layers, atomically, in the server.
+-- ratewell: decisions (and refunds) of one or more layers each, atomically, in the server.
+--
+-- One source, two ways in: loaded as a function library (`FUNCTION LOAD`; `src/script.rs`
+-- prepends the library's name and appends `redis.register_function`), its top level runs once
+-- and each `FCALL` runs only `batch`; sent as a script (`EVALSHA`, where `FUNCTION` is missing:
+-- Redis 6, or a server that renames it), the same body ends in `return batch(KEYS, ARGV)`.
 --
 -- Numbers. Lua 5.1 numbers are IEEE doubles: integers are exact up to 2^53 and every operation
 -- below is on integers, so the arithmetic is exact as long as no value (operand, intermediate or
@@ -24,25 +29,33 @@
 -- * Division is `divmod` below: floor(a / b) from the double quotient, corrected by the exact
 --   remainder, so a quotient that rounds up to the next integer is never taken.
 --
--- KEYS: one key per layer (all in one hash slot).
--- ARGV: now_us ('' = the server's TIME), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
---       each key's own reset time; else this fixed TTL, for a trace's own clock), then per layer
---       8 fields: algorithm, p1..p6, mode. The mode is '0' (enforced: the request is admitted
---       only if the layer admits it), '1' (dry run: decided and charged if it fits, never
---       rejecting), 'q' (quota: rejecting only when every quota layer of the call rejects) or
---       'r' (read: decided, never charged, reported as a peek is), optionally followed by
---       ':<cost>', the layer's own cost instead of the call's. For 'refund' each layer's p6 slot is
---       followed by nothing else: the receipt ('after|before': the state the charge stored and
---       the one it replaced) comes after all the layers, one per layer.
--- Returns: { now_us, admitted (1/0), per layer: outcome, remaining, reset_ns, wait_ns,
---            replenish_ns (0 = none), receipt ('' when nothing was stored; the log's: the
---            entry's time) }.
--- Outcomes: 0 admitted, 1 rejected, 2 impossible. For 'refund': { now_us, 1 }.
+-- A call is a batch of requests (`batch`, at the end), each decided as its own call would be.
+-- One request, as `decide_one` reads it:
+-- K: one key per layer (on a cluster, every key of a batch in one hash slot).
+-- A: now_us ('' = the server's TIME), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
+--    each key's own reset time; else this fixed TTL, for a trace's own clock), then per layer
+--    8 fields: algorithm, p1..p6, mode. The mode is '0' (enforced: the request is admitted
+--    only if the layer admits it), '1' (dry run: decided and charged if it fits, never
+--    rejecting), 'q' (quota: rejecting only when every quota layer of the call rejects) or
+--    'r' (read: decided, never charged, reported as a peek is), optionally followed by
+--    ':<cost>', the layer's own cost instead of the call's. For 'refund' each layer's p6 slot is
+--    followed by nothing else: the receipt ('after|before': the state the charge stored and
+--    the one it replaced) comes after all the layers, one per layer.
+-- Its fields in the reply: admitted (1/0), per layer: outcome, remaining, reset_ns, wait_ns,
+--    replenish_ns (0 = none), receipt ('' when nothing was stored; the log's: the entry's
+--    time). A refund's: 1.
+-- Outcomes: 0 admitted, 1 rejected, 2 impossible.
 
--- Globals are a table lookup each (through Redis's read-only guard): the ones used on every
--- call are read once.
-local floor, format, match, tonumber, unpack, call = math.floor, string.format, string.match,
-  tonumber, unpack, redis.call
+-- The globals used on every decision, read once into upvalues by `init` (a function library's
+-- top level runs at load, where only `redis.register_function` may be touched: globals are read
+-- on the first call instead, and kept for every later one).
+local floor, format, match, tonum, unpk, call, sub, find
+
+local function init()
+  floor, format, match, tonum, unpk = math.floor, string.format, string.match, tonumber,
+    unpack
+  call, sub, find = redis.call, string.sub, string.find
+end
 
 local function divmod(a, b)
   if b == 1 then return a, 0 end
@@ -70,16 +83,16 @@ local function parse(s)
   if not s then return nil end
   local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
   if not a then return nil end
-  if b == '' then return {tonumber(a)} end
-  if c == '' then return {tonumber(a), tonumber(b)} end
-  return {tonumber(a), tonumber(b), tonumber(c)}
+  if b == '' then return {tonum(a)} end
+  if c == '' then return {tonum(a), tonum(b)} end
+  return {tonum(a), tonum(b), tonum(c)}
 end
 
 -- A key whose state is not one this script wrote (something else overwrote it) is an error
 -- reply, never a fresh key: a fresh key would hand its client a full budget. The client's
 -- failover decides the request.
 local function corrupt(key, raw)
-  if #raw > 64 then raw = string.sub(raw, 1, 64) .. '...' end
+  if #raw > 64 then raw = sub(raw, 1, 64) .. '...' end
   return redis.error_reply(format('ratewell: the state of %s does not parse: %q', key, raw))
 end
 
@@ -524,7 +537,7 @@ end
 local function make_log()
   local function log_decide(p, key, u, c, take)
     local N, W = p[1], p[2]
-    local raw = redis.call('LRANGE', key, 0, -1)
+    local raw = call('LRANGE', key, 0, -1)
     local ts, cs = {}, {}
     local total = 0
     for i, e in ipairs(raw) do
@@ -551,11 +564,11 @@ local function make_log()
     if live + c <= N then
       if not take then return {0, remaining, reset, 0, nxt} end
       if live == 0 then nxt = reset_at(at) end
-      if expired > 0 then redis.call('LTRIM', key, expired, -1) end
+      if expired > 0 then call('LTRIM', key, expired, -1) end
       if m > expired and ts[m] == at then
-        redis.call('LSET', key, -1, fmt(at, cs[m] + c))
+        call('LSET', key, -1, fmt(at, cs[m] + c))
       else
-        redis.call('RPUSH', key, fmt(at, c))
+        call('RPUSH', key, fmt(at, c))
       end
       local reset2 = reset_at(at)
       return {0, remaining - c, reset2, 0, nxt, 'log', reset2, {at}}
@@ -570,16 +583,16 @@ local function make_log()
 
   local function log_refund(p, key, u, c, receipt)
     if not receipt then return end
-    local raw = redis.call('LRANGE', key, 0, -1)
+    local raw = call('LRANGE', key, 0, -1)
     for i, e in ipairs(raw) do
       local f = parse(e)
       if f and f[2] and f[1] == receipt[1] then
         local left = f[2] - c
         if left <= 0 then
-          redis.call('LSET', key, i - 1, '')
-          redis.call('LREM', key, 1, '')
+          call('LSET', key, i - 1, '')
+          call('LREM', key, 1, '')
         else
-          redis.call('LSET', key, i - 1, fmt(f[1], left))
+          call('LSET', key, i - 1, fmt(f[1], left))
         end
         return
       end
@@ -603,10 +616,9 @@ end
 
 -- A layer's parameters: p[1..6] as given; p[7..10] derived (GCRA and the exact leaky bucket:
 -- k = 1000 n, the full bucket's debt, the longest span ahead (us), one period (us)).
-local function params(base)
-  local A = ARGV
-  local p = {tonumber(A[base + 1]), tonumber(A[base + 2]), tonumber(A[base + 3]),
-             tonumber(A[base + 4]), tonumber(A[base + 5]), tonumber(A[base + 6]), 0, 0, 0, 0}
+local function params(A, base)
+  local p = {tonum(A[base + 1]), tonum(A[base + 2]), tonum(A[base + 3]),
+             tonum(A[base + 4]), tonum(A[base + 5]), tonum(A[base + 6]), 0, 0, 0, 0}
   local alg = A[base]
   if alg == 'gcra' or alg == 'leaky' then
     local k = 1000 * p[2]
@@ -618,147 +630,257 @@ local function params(base)
   return alg, p, A[base + 7]
 end
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
+-- The batch's view of its string keys. `b.cache[key]` is the key's text, false when it is absent,
+-- or true when it holds another type; `b.order` lists the keys written, `b.ms` their TTLs (ms).
+-- Every request reads and writes here, so a later request of a batch sees an earlier one's
+-- charge exactly as a later call would see it; the writes reach the keyspace once, when the
+-- batch ends. The sliding log's lists are read and written in place.
+local function read(b, key)
+  local raw = b.cache[key]
+  if raw == nil then raw = call('GET', key); b.cache[key] = raw end
+  if raw == true then
+    return nil, redis.error_reply(format('ratewell: %s holds another type, not a state', key))
+  end
+  if raw == false then return nil end
+  return raw
 end
-local cost = tonumber(ARGV[2])
-local op = ARGV[3]
-local fixed_ttl = tonumber(ARGV[4])
-local layers = #KEYS
+
+local function write(b, key, text, ms)
+  if b.ms[key] == nil then b.order[#b.order + 1] = key end
+  b.cache[key] = text
+  b.ms[key] = ms
+end
 
 -- Store `st` (nil: delete the key) with its TTL; returns the stored text.
-local function store(key, st, ttl_ns)
-  if st == nil then call('DEL', key); return '' end
+local function store(b, key, st, ttl_ns, fixed_ttl)
+  if st == nil then write(b, key, false, 0); return '' end
   local ms = fixed_ttl
   if not ms then ms = ceildiv(ttl_ns, 1000000); if ms < 1 then ms = 1 end end
   if st == 'log' then call('PEXPIRE', key, ms); return '' end
-  local text = fmt(unpack(st))
-  call('SET', key, text, 'PX', ms)
+  local text = fmt(unpk(st))
+  write(b, key, text, ms)
   return text
 end
 
-if op == 'refund' then
-  for i = 1, layers do
-    local base = 5 + (i - 1) * 8
-    local alg, p = params(base)
-    -- A receipt is 'after|before': the state the charge stored and the one it replaced; a
-    -- receipt of part of a charge is 'after' alone (it gives back only that part).
-    local raw_receipt = ARGV[4 + layers * 8 + i]
-    local bar = string.find(raw_receipt, '|', 1, true)
-    local after_raw, before_raw = raw_receipt, ''
-    if bar then after_raw = string.sub(raw_receipt, 1, bar - 1); before_raw = string.sub(raw_receipt, bar + 1) end
-    local receipt = nil
-    if after_raw ~= '' then receipt = parse(after_raw) end
-    local key = KEYS[i]
-    if alg == 'log' then
-      alg_of('log')[2](p, key, now, cost, receipt)
-    else
-      local raw = redis.call('GET', key)
-      local st = parse(raw or nil)
-      if st and receipt then
-        if bar and raw == after_raw then
-          -- Nothing since the charge: restore the state before it, bit for bit.
-          if before_raw == '' then
-            redis.call('DEL', key)
-          else
-            local before = parse(before_raw)
-            local probe = alg_of(alg)[1](p, before, now, 1099511627776)
-            store(key, before, probe[3])
-          end
-        else
-          local ns, ttl = alg_of(alg)[2](p, st, now, cost, receipt)
-          if ttl ~= -1 then store(key, ns, ttl) end
-        end
-      end
-    end
-  end
-  return {now, 1}
-end
-
 -- A layer's mode and cost (see ARGV).
-local function mode_of(flag)
+local function mode_of(flag, cost)
   local m, c = match(flag, '^([01qr]):(%d+)$')
-  if m then return m, tonumber(c) end
+  if m then return m, tonum(c) end
   return flag, cost
 end
 
--- Layers are decided in order, and a key named twice sees the charge its earlier layer would
--- take (`pending`): two limits on one key count twice, as two calls would. Nothing is stored
--- before every layer is decided.
-local results, states, seen, algs, ps, raws, modes, costs = {}, {}, {}, {}, {}, {}, {}, {}
-local pending = {}
-local all = true
-local quota_total, quota_rejected = 0, 0
-for i = 1, layers do
-  local base = 5 + (i - 1) * 8
-  local alg, p, flag = params(base)
-  local mode, c = mode_of(flag)
-  local r
-  local st = nil
-  if alg == 'log' then
-    local bad
-    r, bad = alg_of('log')[1](p, KEYS[i], now, c, false)
-    if bad then return bad end
+local PROBE = 1099511627776 -- 2^40: above every limit
+
+-- One request (K: its keys, A: its arguments, as the header describes them), appended to `out`;
+-- or an error reply, with nothing appended.
+local function decide_one(b, K, A, out)
+  local now
+  if A[1] == '' then
+    if not b.now then
+      local t = call('TIME')
+      b.now = tonum(t[1]) * 1000000 + tonum(t[2])
+    end
+    now = b.now
   else
-    local raw = call('GET', KEYS[i])
-    if raw then
-      st = parse(raw)
-      if not st then return corrupt(KEYS[i], raw) end
-      raws[i] = raw
+    now = tonum(A[1])
+  end
+  local cost = tonum(A[2])
+  local op = A[3]
+  local fixed_ttl = tonum(A[4])
+  local layers = #K
+
+  if op == 'refund' then
+    for i = 1, layers do
+      local base = 5 + (i - 1) * 8
+      local alg, p = params(A, base)
+      -- A receipt is 'after|before': the state the charge stored and the one it replaced; a
+      -- receipt of part of a charge is 'after' alone (it gives back only that part).
+      local raw_receipt = A[4 + layers * 8 + i]
+      local bar = find(raw_receipt, '|', 1, true)
+      local after_raw, before_raw = raw_receipt, ''
+      if bar then after_raw = sub(raw_receipt, 1, bar - 1); before_raw = sub(raw_receipt, bar + 1) end
+      local receipt = nil
+      if after_raw ~= '' then receipt = parse(after_raw) end
+      local key = K[i]
+      if alg == 'log' then
+        alg_of('log')[2](p, key, now, cost, receipt)
+      else
+        local raw, bad = read(b, key)
+        if bad then return bad end
+        local st = parse(raw)
+        if st and receipt then
+          if bar and raw == after_raw then
+            -- Nothing since the charge: restore the state before it, bit for bit.
+            if before_raw == '' then
+              write(b, key, false, 0)
+            else
+              local before = parse(before_raw)
+              local probe = alg_of(alg)[1](p, before, now, PROBE)
+              store(b, key, before, probe[3], fixed_ttl)
+            end
+          else
+            local ns, ttl = alg_of(alg)[2](p, st, now, cost, receipt)
+            if ttl ~= -1 then store(b, key, ns, ttl, fixed_ttl) end
+          end
+        end
+      end
     end
-    local cur = st
-    if pending[KEYS[i]] then cur = pending[KEYS[i]] end
-    seen[i] = cur
-    r = alg_of(alg)[1](p, cur, now, c)
-    if mode ~= 'r' and r[1] == 0 and r[6] then pending[KEYS[i]] = r[6] end
+    out[#out + 1] = 1
+    return nil
   end
-  results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p; modes[i] = mode; costs[i] = c
-  if mode == '0' then
-    if r[1] ~= 0 then all = false end
-  elseif mode == 'q' then
-    quota_total = quota_total + 1
-    if r[1] ~= 0 then quota_rejected = quota_rejected + 1 end
-  end
-end
-if quota_total > 0 and quota_rejected == quota_total then all = false end
 
--- A peek and every layer of a request that was not admitted (charged nothing) report the key's
--- state as it is (remaining, reset and replenish before the request); a read layer of an
--- admitted request, the state it was decided on: those of an impossible probe, with the
--- request's own outcome and wait.
-local probe = 1099511627776 -- 2^40: above every limit
-for i = 1, layers do
-  if op == 'peek' or not all or modes[i] == 'r' then
-    local r = results[i]
-    local s
-    local st = states[i]
-    if all and modes[i] == 'r' then st = seen[i] end
-    if algs[i] == 'log' then s = alg_of('log')[1](ps[i], KEYS[i], now, probe, false)
-    else s = alg_of(algs[i])[1](ps[i], st, now, probe) end
-    r[2] = s[2]; r[3] = s[3]; r[5] = s[5]
-  end
-end
-
-local out = {now, 0}
-if all then out[2] = 1 end
-for i = 1, layers do
-  local r = results[i]
-  local receipt = ''
-  if op == 'take' and all and r[1] == 0 and modes[i] ~= 'r' then
-    if algs[i] == 'log' then
-      r = alg_of('log')[1](ps[i], KEYS[i], now, costs[i], true)
-      receipt = fmt(r[8][1])
+  -- Layers are decided in order, and a key named twice sees the charge its earlier layer would
+  -- take (`pending`): two limits on one key count twice, as two calls would. Nothing is stored
+  -- before every layer is decided.
+  local results, states, seen, algs, ps, raws, modes, costs = {}, {}, {}, {}, {}, {}, {}, {}
+  local pending = {}
+  local all = true
+  local quota_total, quota_rejected = 0, 0
+  for i = 1, layers do
+    local base = 5 + (i - 1) * 8
+    local alg, p, flag = params(A, base)
+    local mode, c = mode_of(flag, cost)
+    local key = K[i]
+    local r
+    local st = nil
+    if alg == 'log' then
+      local bad
+      r, bad = alg_of('log')[1](p, key, now, c, false)
+      if bad then return bad end
     else
-      local text = store(KEYS[i], r[6], r[7])
-      if r[6] then receipt = text .. '|' .. (raws[i] or '') end
+      local raw, bad = read(b, key)
+      if bad then return bad end
+      if raw then
+        st = parse(raw)
+        if not st then return corrupt(key, raw) end
+        raws[i] = raw
+      end
+      local cur = st
+      if pending[key] then cur = pending[key] end
+      seen[i] = cur
+      r = alg_of(alg)[1](p, cur, now, c)
+      if mode ~= 'r' and r[1] == 0 and r[6] then pending[key] = r[6] end
+    end
+    results[i] = r; states[i] = st; algs[i] = alg; ps[i] = p; modes[i] = mode; costs[i] = c
+    if mode == '0' then
+      if r[1] ~= 0 then all = false end
+    elseif mode == 'q' then
+      quota_total = quota_total + 1
+      if r[1] ~= 0 then quota_rejected = quota_rejected + 1 end
     end
   end
-  local base = 6 * i - 4
-  out[base + 1] = r[1]; out[base + 2] = r[2]; out[base + 3] = r[3]
-  out[base + 4] = r[4]; out[base + 5] = r[5]; out[base + 6] = receipt
+  if quota_total > 0 and quota_rejected == quota_total then all = false end
+
+  -- A peek and every layer of a request that was not admitted (charged nothing) report the key's
+  -- state as it is (remaining, reset and replenish before the request); a read layer of an
+  -- admitted request, the state it was decided on: those of an impossible probe, with the
+  -- request's own outcome and wait.
+  for i = 1, layers do
+    if op == 'peek' or not all or modes[i] == 'r' then
+      local r = results[i]
+      local s
+      local st = states[i]
+      if all and modes[i] == 'r' then st = seen[i] end
+      if algs[i] == 'log' then s = alg_of('log')[1](ps[i], K[i], now, PROBE, false)
+      else s = alg_of(algs[i])[1](ps[i], st, now, PROBE) end
+      r[2] = s[2]; r[3] = s[3]; r[5] = s[5]
+    end
+  end
+
+  local at = #out + 1
+  if all then out[at] = 1 else out[at] = 0 end
+  for i = 1, layers do
+    local r = results[i]
+    local receipt = ''
+    if op == 'take' and all and r[1] == 0 and modes[i] ~= 'r' then
+      if algs[i] == 'log' then
+        r = alg_of('log')[1](ps[i], K[i], now, costs[i], true)
+        receipt = fmt(r[8][1])
+      else
+        local text = store(b, K[i], r[6], r[7], fixed_ttl)
+        if r[6] then receipt = text .. '|' .. (raws[i] or '') end
+      end
+    end
+    local base = at + 6 * (i - 1)
+    out[base + 1] = r[1]; out[base + 2] = r[2]; out[base + 3] = r[3]
+    out[base + 4] = r[4]; out[base + 5] = r[5]; out[base + 6] = receipt
+  end
+  return nil
 end
-return out
+
+-- A batch: requests decided in order, as if each were its own call made one after another, on
+-- one reading of the server's clock. ARGV: the number of requests, then per request its number
+-- of keys, its number of arguments and the arguments; KEYS: every request's keys, in order.
+-- Returns one flat array: the server's time (us; 0 if no request read it), then per request its
+-- fields (1 for a refund, 1 + 6 per layer otherwise), or an error reply and zeros in their place.
+local function batch(keys, args)
+  if not call then init() end
+  local n = tonum(args[1])
+  local reqs = {}
+  local ka, aa = 1, 2
+  for r = 1, n do
+    local nk, na = tonum(args[aa]), tonum(args[aa + 1])
+    reqs[r] = {ka, nk, aa + 2, na}
+    ka = ka + nk; aa = aa + 2 + na
+  end
+  local b = {cache = {}, ms = {}, order = {}, now = nil}
+
+  -- Every key not of the sliding log is read with one MGET. MGET answers nil for a key of
+  -- another type as for an absent one: if any absent key exists, the types tell them apart.
+  local want, wanted = {}, {}
+  for r = 1, n do
+    local q = reqs[r]
+    for i = 1, q[2] do
+      local key = keys[q[1] + i - 1]
+      if not wanted[key] and args[q[3] + 4 + (i - 1) * 8] ~= 'log' then
+        wanted[key] = true; want[#want + 1] = key
+      end
+    end
+  end
+  if #want > 0 then
+    local got = call('MGET', unpk(want))
+    local absent = {}
+    for i = 1, #want do
+      b.cache[want[i]] = got[i]
+      if not got[i] then absent[#absent + 1] = want[i] end
+    end
+    if #absent > 0 and call('EXISTS', unpk(absent)) > 0 then
+      for i = 1, #absent do
+        if call('TYPE', absent[i]).ok ~= 'none' then b.cache[absent[i]] = true end
+      end
+    end
+  end
+
+  local out = {0}
+  for r = 1, n do
+    local q = reqs[r]
+    local K, A = {}, {}
+    for i = 1, q[2] do K[i] = keys[q[1] + i - 1] end
+    for j = 1, q[4] do A[j] = args[q[3] + j - 1] end
+    local at = #out
+    local ok, err = pcall(decide_one, b, K, A, out)
+    if not ok or err then
+      if ok then
+        -- An error reply, returned.
+      elseif type(err) == 'table' and err.err then
+        -- A command's error, raised.
+      else
+        err = redis.error_reply(tostring(err))
+      end
+      for j = #out, at + 1, -1 do out[j] = nil end
+      out[at + 1] = err
+      local len = 1 + 6 * q[2]
+      if A[3] == 'refund' then len = 1 end
+      for j = 2, len do out[at + j] = 0 end
+    end
+  end
+
+  local order, cache, ms = b.order, b.cache, b.ms
+  for i = 1, #order do
+    local key = order[i]
+    local text = cache[key]
+    if text then call('SET', key, text, 'PX', ms[key]) else call('DEL', key) end
+  end
+  if b.now then out[1] = b.now end
+  return out
+end

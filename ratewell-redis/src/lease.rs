@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use ratewell::{Clock, QuantaClock};
 
-use crate::limiter::{Receipt, RedisLimiter, Source};
+use crate::limiter::RedisLimiter;
+use crate::verdict::{Receipt, Source};
 
 /// How far a key's slot may lie from its home slot.
 const PROBES: usize = 8;

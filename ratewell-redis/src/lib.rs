@@ -62,17 +62,25 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod batch;
+mod builder;
+mod conn;
+mod error;
 mod keys;
 mod lease;
 mod limiter;
+mod metrics;
 mod per_call;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod script;
+mod verdict;
 
+pub use builder::{Builder, Failover};
+pub use error::Error;
 pub use lease::{LeaseMetrics, Leases};
-pub use limiter::{
-    Builder, Error, Failover, FailoverReason, Metrics, Receipt, RedisLimiter, Source, Verdict,
-};
+pub use limiter::RedisLimiter;
+pub use metrics::Metrics;
 pub use per_call::{CallDecision, CallItem, CallPolicy, Mode, PerCallLimiter};
 pub use script::DomainError;
+pub use verdict::{FailoverReason, Receipt, Source, Verdict};

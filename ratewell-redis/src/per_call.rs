@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use ratewell::{Decision, Policy};
 
+use crate::batch::Request;
+use crate::conn::Shared;
+use crate::error::Error;
 use crate::keys::slot;
-use crate::limiter::{Error, Metrics, Shared};
+use crate::metrics::Metrics;
 use crate::script::Compiled;
 
 /// A policy compiled for the script once, to name in any number of calls.
@@ -135,12 +138,12 @@ impl PerCallLimiter {
             args.extend(item.policy.args.iter().cloned());
             args.push(format!("{}:{}", item.mode.flag(), item.cost.max(1)));
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let reply = s.eval(&keys, &args).await?;
-        let (now_us, admitted, fields) = crate::limiter::parse_call_reply(reply, items.len())?;
+        let fields = 1 + 6 * items.len();
+        let reply = s.submit(Request { keys, args, fields }).await?;
+        let (now_us, admitted, fields) = crate::verdict::parse_call_reply(reply, items.len())?;
         let decisions =
             items.iter().zip(&fields).map(|(i, f)| i.policy.compiled.decision(f)).collect();
-        crate::limiter::bump(&s.counters.server);
+        crate::metrics::bump(&s.counters.server);
         Ok(CallDecision { admitted, decisions, now_us })
     }
 
@@ -151,6 +154,6 @@ impl PerCallLimiter {
 
     /// The counts so far (failovers stay 0: the caller decides what an error means).
     pub fn metrics(&self) -> Metrics {
-        self.shared.metrics()
+        self.shared.counters.snapshot()
     }
 }

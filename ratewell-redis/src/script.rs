@@ -9,9 +9,38 @@ use std::fmt;
 
 use ratewell::{Decision, Outcome, Parameters, Policy};
 
-/// The script, loaded once per server and called by its SHA1 (`EVALSHA`; reloaded on
-/// `NOSCRIPT`).
-pub(crate) const SOURCE: &str = include_str!("decide.lua");
+/// The decision code's body: helpers, the algorithms, `decide_one` and `batch`.
+const BODY: &str = include_str!("decide.lua");
+
+/// The decision code in the two forms a server takes: a function library (`FUNCTION LOAD`,
+/// called with `FCALL`), and a script (`SCRIPT LOAD`, called with `EVALSHA`) for a server without
+/// `FUNCTION`. Both are named after the script's SHA1, so that limiters of different versions
+/// sharing a server each call their own.
+pub(crate) struct Code {
+    /// The library's source.
+    pub(crate) library: String,
+    /// The library's name, which is its one function's name too.
+    pub(crate) function: String,
+    /// The script's source.
+    pub(crate) script: String,
+    /// The script's SHA1 (hex).
+    pub(crate) sha: String,
+}
+
+impl Code {
+    pub(crate) fn get() -> &'static Code {
+        static CODE: std::sync::OnceLock<Code> = std::sync::OnceLock::new();
+        CODE.get_or_init(|| {
+            let script = format!("{BODY}\nreturn batch(KEYS, ARGV)\n");
+            let sha = redis::Script::new(&script).get_hash().to_string();
+            let function = format!("ratewell_{}", &sha[..16]);
+            let library = format!(
+                "#!lua name={function}\n{BODY}\nredis.register_function('{function}', batch)\n"
+            );
+            Code { library, function, script, sha }
+        })
+    }
+}
 
 /// 2^51: the largest debt of a full bucket (in 1/n ns) the script accepts.
 const MAX_BUCKET_UNITS: u128 = 1 << 51;

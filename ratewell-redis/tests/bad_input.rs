@@ -98,13 +98,16 @@ async fn a_silent_server_is_a_limiter_that_fails_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_lies_is_not_redis_or_a_bad_reply() {
-    // Speaks RESP, but answers every command with +OK: not even SCRIPT LOAD's SHA1.
+    // Speaks RESP, but answers every command with +OK: not even FUNCTION LOAD's library name.
     let port = fake_server(b"+OK\r\n", true);
     let r = build(&format!("redis://127.0.0.1:{port}"), Failover::Closed).await;
     assert!(matches!(r, Err(Error::NotRedis(_))), "{r:?}");
-    // Answers every command with the script's SHA1: it loads, but no decision is the script's.
-    let sha = redis::Script::new(include_str!("../src/decide.lua")).get_hash().to_string();
-    let reply: &'static [u8] = format!("${}\r\n{sha}\r\n", sha.len()).into_bytes().leak();
+    // Answers every command with the library's name (the script's SHA1 after `ratewell_`): it
+    // loads, but no decision is the code's.
+    let script = format!("{}\nreturn batch(KEYS, ARGV)\n", include_str!("../src/decide.lua"));
+    let sha = redis::Script::new(&script).get_hash().to_string();
+    let name = format!("ratewell_{}", &sha[..16]);
+    let reply: &'static [u8] = format!("${}\r\n{name}\r\n", name.len()).into_bytes().leak();
     let port = fake_server(reply, true);
     let l = build(&format!("redis://127.0.0.1:{port}"), Failover::Closed).await.unwrap();
     let v = l.check("k", 1).await;

@@ -185,17 +185,25 @@ async fn debug_sleep_times_out_then_decisions_return_to_the_server() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flushed_script_is_reloaded_transparently() {
-    let _serial = serial().await;
-    let server = Server::start();
-    let l = limiter(&server, Failover::Open, "fixed-window limit=5 window=1h align=first").await;
+/// How many times the server ran `cmd` (`INFO commandstats`; 0 if never).
+fn calls_of(server: &Server, cmd: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Three admitted, the code flushed by `flush`, then the fourth and fifth decided by the server
+/// (the code loaded again on its first call), and the sixth rejected: the state survived.
+async fn reloads_after(server: &Server, flush: &[&str]) -> RedisLimiter {
+    let l = limiter(server, Failover::Open, "fixed-window limit=5 window=1h align=first").await;
     assert_eq!(l.metrics().script_loads, 1);
     for _ in 0..3 {
         assert!(l.check("k", 1).await.is_admitted());
     }
-    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).unwrap().trim(), "OK");
-    // The state survived; the script is loaded again on NOSCRIPT and the decision is the server's.
+    assert_eq!(server.cli(flush).unwrap().trim(), "OK");
     let v = l.check("k", 1).await;
     assert_eq!(v.source(), Source::Server);
     assert_eq!(v.decision().remaining(), 1);
@@ -203,6 +211,28 @@ async fn a_flushed_script_is_reloaded_transparently() {
     assert!(l.check("k", 1).await.is_admitted());
     let v = l.check("k", 1).await;
     assert_eq!((v.source(), v.is_admitted()), (Source::Server, false));
+    l
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_library_is_reloaded_transparently() {
+    let _serial = serial().await;
+    let server = Server::start();
+    reloads_after(&server, &["FUNCTION", "FLUSH"]).await;
+    // Every decision went as FCALL (7, one of them refused for the missing library); none as a
+    // script.
+    assert_eq!(calls_of(&server, "fcall"), 7);
+    assert_eq!(calls_of(&server, "evalsha"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_function_the_script_is_called_and_reloaded() {
+    let _serial = serial().await;
+    // A server that renames FUNCTION away (as Redis 6 lacks it): the same decisions, by EVALSHA.
+    let server = Server::start_with(&["--rename-command", "FUNCTION", ""]);
+    reloads_after(&server, &["SCRIPT", "FLUSH"]).await;
+    assert_eq!(calls_of(&server, "evalsha"), 7);
+    assert_eq!(calls_of(&server, "fcall"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

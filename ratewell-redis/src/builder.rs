@@ -1,0 +1,257 @@
+//! [`Builder`]: a limiter's layers, connection settings and [`Failover`], compiled and connected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Duration;
+
+use ratewell::{Layer, LayeredLimiter, MAX_LAYERS, Parameters, Policy};
+use tokio::sync::Notify;
+
+use crate::batch::Batchers;
+use crate::conn::{Shared, Target, connect, is_connection_error, reconnect};
+use crate::error::Error;
+use crate::limiter::RedisLimiter;
+use crate::metrics::Counters;
+use crate::script::{Code, Compiled};
+
+/// What a decision is when the server cannot make it: chosen when the limiter is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failover {
+    /// Admit the request (availability over the limit). The decision reports the whole limit as
+    /// remaining: nothing was counted.
+    Open,
+    /// Reject it, with `retry_after` the current reconnect backoff.
+    Closed,
+    /// Decide it in process, with every layer's limits divided by `instances` (the number of
+    /// processes sharing the limit), so that the instances together stay near the policy.
+    Local {
+        /// How many instances share the limit (at least 1).
+        instances: u32,
+    },
+}
+
+/// Builds a [`RedisLimiter`]: see [`RedisLimiter::builder`].
+#[derive(Debug)]
+pub struct Builder {
+    target: Result<Target, Error>,
+    layers: Vec<(String, Policy)>,
+    prefix: String,
+    timeout: Duration,
+    failover: Failover,
+    backoff: (Duration, Duration),
+}
+
+impl Builder {
+    /// A layer named `name` deciding by `policy`; layers are checked in the order added (all or
+    /// nothing, as `ratewell::LayeredLimiter`). At most [`MAX_LAYERS`].
+    pub fn layer(mut self, name: impl Into<String>, policy: &Policy) -> Self {
+        self.layers.push((name.into(), policy.clone()));
+        self
+    }
+
+    /// The prefix of every key this limiter stores (default `ratewell:`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a decision waits for the server before the failover decides (default 50 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.max(Duration::from_micros(1));
+        self
+    }
+
+    /// What decides when the server cannot (default [`Failover::Closed`]).
+    pub fn failover(mut self, failover: Failover) -> Self {
+        self.failover = failover;
+        self
+    }
+
+    /// The reconnect backoff: probes start `min` after a failure and double up to `max`
+    /// (default 10 ms and 1 s).
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        let min = min.max(Duration::from_millis(1));
+        self.backoff = (min, max.max(min));
+        self
+    }
+
+    fn compile(&self) -> Result<Vec<LayerSpec>, Error> {
+        if self.layers.is_empty() || self.layers.len() > MAX_LAYERS {
+            return Err(Error::Layers(format!(
+                "1 to {MAX_LAYERS} layers, not {}",
+                self.layers.len()
+            )));
+        }
+        let mut out: Vec<LayerSpec> = Vec::with_capacity(self.layers.len());
+        for (name, policy) in &self.layers {
+            if name.is_empty() || out.iter().any(|l| &l.name == name) {
+                return Err(Error::Layers(format!(
+                    "layer names must be distinct and not empty: `{name}`"
+                )));
+            }
+            let compiled = Compiled::new(policy)?;
+            let mut args = Vec::with_capacity(8);
+            compiled.push_args(&mut args);
+            out.push(LayerSpec { name: name.clone(), policy: policy.clone(), compiled, args });
+        }
+        Ok(out)
+    }
+
+    /// Build the limiter and connect. A URL that does not parse, a policy outside the script's
+    /// domain, or a server that answers but is not Redis is an error; a server that does not
+    /// answer (down, or not within the timeout) is not: the limiter starts with the connection
+    /// down, the failover deciding, and reconnects in the background.
+    ///
+    /// Must be called within a tokio runtime (the reconnect task runs on it).
+    pub async fn build(self) -> Result<RedisLimiter, Error> {
+        let layers = self.compile()?;
+        let local = match self.failover {
+            Failover::Local { instances } => {
+                let divided = layers
+                    .iter()
+                    .map(|l| Ok(Layer::new(l.name.clone(), &divide(&l.policy, instances)?)))
+                    .collect::<Result<Vec<_>, Error>>()?;
+                Some(LayeredLimiter::new(divided).map_err(|e| Error::Failover(e.to_string()))?)
+            }
+            _ => None,
+        };
+        Ok(RedisLimiter { shared: self.connect_shared(layers, local).await? })
+    }
+
+    /// Build a limiter whose calls name their own policies, costs and modes
+    /// ([`PerCallLimiter::decide`](crate::PerCallLimiter::decide)), and connect, as
+    /// [`build`](Self::build) does. It takes no layers and has no failover (its caller decides
+    /// what an error means): a builder with layers or `Failover::Local` is [`Error::Layers`].
+    pub async fn build_per_call(self) -> Result<crate::PerCallLimiter, Error> {
+        if !self.layers.is_empty() || matches!(self.failover, Failover::Local { .. }) {
+            return Err(Error::Layers(
+                "a per-call limiter names its policies per call: no layers, no local failover"
+                    .into(),
+            ));
+        }
+        Ok(crate::PerCallLimiter { shared: self.connect_shared(Vec::new(), None).await? })
+    }
+
+    /// Connect, load the script and start the reconnect task.
+    async fn connect_shared(
+        self,
+        layers: Vec<LayerSpec>,
+        local: Option<LayeredLimiter>,
+    ) -> Result<Arc<Shared>, Error> {
+        let target = self.target?;
+        let (conn, up) = connect(&target, self.timeout).await?;
+        let cluster = matches!(target, Target::Cluster(_));
+        let shared = Arc::new(Shared {
+            conn,
+            code: Code::get(),
+            functions: AtomicBool::new(true),
+            layers,
+            prefix: self.prefix,
+            timeout: self.timeout,
+            failover: self.failover,
+            local,
+            backoff_min: self.backoff.0,
+            backoff_max: self.backoff.1,
+            backoff_ns: AtomicU64::new(self.backoff.0.as_nanos() as u64),
+            down: AtomicBool::new(!up),
+            wake: Arc::new(Notify::new()),
+            counters: Counters::default(),
+            cluster,
+            batchers: Batchers::new(cluster),
+        });
+        if up {
+            // Load the code now, so that the first decision is one round trip; a server that
+            // answers this with garbage is not Redis.
+            match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), shared.load())
+                .await
+            {
+                Ok(Ok(reply)) if shared.loaded(&reply) => {}
+                Ok(Ok(other)) => {
+                    return Err(Error::NotRedis(format!(
+                        "loading the code answered {other:?}, not the library's name or the \
+                         script's SHA1"
+                    )));
+                }
+                Ok(Err(e)) if is_connection_error(&e) => shared.mark_down(),
+                Ok(Err(e)) => return Err(Error::NotRedis(e.to_string())),
+                Err(_) => shared.mark_down(),
+            }
+        }
+        tokio::spawn(reconnect(Arc::downgrade(&shared), shared.wake.clone()));
+        if !up {
+            shared.wake.notify_one();
+        }
+        Ok(shared)
+    }
+}
+
+impl Builder {
+    pub(crate) fn with_target(target: Result<Target, Error>) -> Self {
+        Builder {
+            target,
+            layers: Vec::new(),
+            prefix: "ratewell:".into(),
+            timeout: Duration::from_millis(50),
+            failover: Failover::Closed,
+            backoff: (Duration::from_millis(10), Duration::from_secs(1)),
+        }
+    }
+}
+
+/// One policy divided among `instances`: limits and bursts divided (at least 1, a burst at
+/// least 0), rates divided exactly.
+pub(crate) fn divide(policy: &Policy, instances: u32) -> Result<Policy, Error> {
+    let n = instances.max(1);
+    let div = |v: u32| (v / n).max(1);
+    let period = |p: u64| p.checked_mul(u64::from(n)).filter(|&p| p < 1 << 63);
+    let bad = || Error::Failover(format!("`{policy}` divided by {n} instances overflows"));
+    let spec = match policy.parameters() {
+        Parameters::TokenBucket { capacity, count, period_ns } => format!(
+            "token-bucket capacity={} rate={count}/{}ns",
+            div(capacity),
+            period(period_ns).ok_or_else(bad)?
+        ),
+        Parameters::DiscreteFill { capacity, refill, every_ns } => format!(
+            "token-bucket capacity={} refill={refill} every={}ns",
+            div(capacity).max(refill.min(capacity)),
+            period(every_ns).ok_or_else(bad)?
+        ),
+        Parameters::LeakyBucket { count, period_ns, burst, delay, nginx } => {
+            let mut s = format!(
+                "leaky-bucket rate={count}/{}ns burst={}",
+                period(period_ns).ok_or_else(bad)?,
+                burst / n
+            );
+            match delay {
+                None => s.push_str(" nodelay"),
+                Some(d) => s.push_str(&format!(" delay={}", d / n)),
+            }
+            if nginx {
+                s.push_str(" compat=nginx");
+            }
+            s
+        }
+        Parameters::FixedWindow { limit, window_ns, align_first } => format!(
+            "fixed-window limit={} window={window_ns}ns align={}",
+            div(limit),
+            if align_first { "first" } else { "clock" }
+        ),
+        Parameters::SlidingWindow { limit, window_ns } => {
+            format!("sliding-window limit={} window={window_ns}ns", div(limit))
+        }
+        Parameters::SlidingLog { limit, window_ns } => {
+            format!("sliding-log limit={} window={window_ns}ns", div(limit))
+        }
+        other => return Err(Error::Failover(format!("cannot divide {other:?}"))),
+    };
+    let divided: Policy = spec.parse().map_err(|e| Error::Failover(format!("{spec}: {e}")))?;
+    Ok(divided.with_dry_run(policy.is_dry_run()))
+}
+
+/// A layer as the limiter keeps it: its name, policy, and the script's arguments for it.
+pub(crate) struct LayerSpec {
+    pub(crate) name: String,
+    pub(crate) policy: Policy,
+    pub(crate) compiled: Compiled,
+    pub(crate) args: Vec<String>,
+}

@@ -1,0 +1,297 @@
+//! The connection to the server: connecting, loading the decision code (a function library, or a
+//! script where `FUNCTION` is missing), one call of it, the connection's down state and the
+//! background probe that brings it back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ratewell::LayeredLimiter;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::batch::Batchers;
+use crate::builder::{Failover, LayerSpec};
+use crate::error::Error;
+use crate::keys::redis_key;
+use crate::metrics::{Counters, bump};
+use crate::script::Code;
+
+/// The connection: one node through redis-rs's connection manager, or a cluster.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// One command's reply as the server sent it: errors inside an array stay values (a batch's
+    /// failed request), a top-level error is an `Err`.
+    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
+        let reply = match self {
+            Conn::Single(c) => c.clone().req_packed_command(cmd).await?,
+            Conn::Cluster(c) => c.clone().req_packed_command(cmd).await?,
+        };
+        match reply {
+            Value::ServerError(e) => Err(e.into()),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Where the limiter connects.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Single(redis::Client),
+    Cluster(Vec<String>),
+}
+
+/// Connect to `target`: `(connection, true)`, or a lazy connection and `false` when the server
+/// does not answer within `timeout`.
+pub(crate) async fn connect(target: &Target, timeout: Duration) -> Result<(Conn, bool), Error> {
+    match target {
+        Target::Single(client) => {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout.max(Duration::from_millis(100))))
+                .set_response_timeout(None)
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(1))
+                .set_max_delay(Duration::from_millis(10));
+            let wait = timeout.max(Duration::from_millis(200));
+            match tokio::time::timeout(
+                wait,
+                ConnectionManager::new_with_config(client.clone(), config.clone()),
+            )
+            .await
+            {
+                Ok(Ok(c)) => Ok((Conn::Single(c), true)),
+                Ok(Err(e)) if !is_connection_error(&e) => Err(Error::NotRedis(e.to_string())),
+                _ => {
+                    let c = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                        .map_err(|e| Error::Url(e.to_string()))?;
+                    Ok((Conn::Single(c), false))
+                }
+            }
+        }
+        Target::Cluster(nodes) => {
+            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(timeout.max(Duration::from_millis(100)))
+                .response_timeout(timeout.max(Duration::from_millis(100)))
+                .build()
+                .map_err(|e| Error::Url(e.to_string()))?;
+            let c = tokio::time::timeout(Duration::from_secs(5), client.get_async_connection())
+                .await
+                .map_err(|_| Error::Down("no cluster node answered within 5 s".into()))?
+                .map_err(|e| Error::Down(e.to_string()))?;
+            Ok((Conn::Cluster(c), true))
+        }
+    }
+}
+
+pub(crate) fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// A server error that says the command does not exist (Redis 6 has no `FUNCTION`; a server may
+/// rename it away).
+fn is_unknown_command(e: &RedisError) -> bool {
+    e.detail().is_some_and(|d| d.starts_with("unknown command"))
+        || e.to_string().contains("unknown command")
+}
+
+/// `FCALL` of a library the server does not have (a new server, `FUNCTION FLUSH`, a failover to
+/// a replica without it).
+fn is_missing_function(e: &RedisError) -> bool {
+    e.detail().is_some_and(|d| d.starts_with("Function not found"))
+        || e.to_string().contains("Function not found")
+}
+
+/// What every handle of one limiter shares: the connection and its state, the layers, the
+/// failover and the counters.
+pub(crate) struct Shared {
+    pub(crate) conn: Conn,
+    pub(crate) code: &'static Code,
+    /// `true` while the server takes the function library (`FCALL`); `false` once it has been
+    /// found without `FUNCTION`: then the script (`EVALSHA`).
+    pub(crate) functions: AtomicBool,
+    pub(crate) layers: Vec<LayerSpec>,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    pub(crate) failover: Failover,
+    pub(crate) local: Option<LayeredLimiter>,
+    pub(crate) backoff_min: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) backoff_ns: AtomicU64,
+    pub(crate) down: AtomicBool,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) counters: Counters,
+    pub(crate) cluster: bool,
+    pub(crate) batchers: Batchers,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The reconnect task holds only a weak reference: wake it so that it sees it is the last.
+        self.wake.notify_one();
+    }
+}
+
+impl Shared {
+    pub(crate) fn mark_down(&self) {
+        if !self.down.swap(true, Ordering::AcqRel) {
+            bump(&self.counters.disconnects);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Load the code into the server: the function library (`FUNCTION LOAD REPLACE`, on every
+    /// primary of a cluster), or the script (`SCRIPT LOAD`) where the server has no `FUNCTION`.
+    /// Returns the reply of the load, to check that the server is Redis.
+    pub(crate) async fn load(&self) -> Result<Value, RedisError> {
+        if self.functions.load(Ordering::Relaxed) {
+            let mut load = redis::cmd("FUNCTION");
+            load.arg("LOAD").arg("REPLACE").arg(&self.code.library);
+            match self.conn.query(&load).await {
+                Ok(v) => {
+                    bump(&self.counters.script_loads);
+                    return Ok(v);
+                }
+                Err(e) if is_unknown_command(&e) => self.functions.store(false, Ordering::Relaxed),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(&self.code.script);
+        let v = self.conn.query(&load).await?;
+        bump(&self.counters.script_loads);
+        Ok(v)
+    }
+
+    /// Whether a load's reply is the one Redis gives: the library's name, or the script's SHA1.
+    pub(crate) fn loaded(&self, reply: &Value) -> bool {
+        let want = if self.functions.load(Ordering::Relaxed) {
+            &self.code.function
+        } else {
+            &self.code.sha
+        };
+        match reply {
+            Value::BulkString(b) => b == want.as_bytes(),
+            Value::SimpleString(s) => s == want,
+            // A cluster answers an all-primaries load with one node's reply, or "OK".
+            Value::Okay => self.cluster,
+            _ => false,
+        }
+    }
+
+    /// One call of the code (`FCALL`, or `EVALSHA` where the server has no `FUNCTION`) with
+    /// `keys` and `args`, by `deadline`. Code the server lacks is loaded and the call made again;
+    /// a server found without `FUNCTION` is called with the script from then on. A connection
+    /// error, or no answer by the deadline, marks the connection down.
+    pub(crate) async fn call(
+        &self,
+        keys: &[&str],
+        args: &[&str],
+        deadline: Instant,
+    ) -> Result<Value, Error> {
+        let command = |functions: bool| {
+            let mut cmd;
+            if functions {
+                cmd = redis::cmd("FCALL");
+                cmd.arg(&self.code.function);
+            } else {
+                cmd = redis::cmd("EVALSHA");
+                cmd.arg(&self.code.sha);
+            }
+            cmd.arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        let call = async {
+            let functions = self.functions.load(Ordering::Relaxed);
+            match self.conn.query(&command(functions)).await {
+                Err(e)
+                    if is_missing_function(&e)
+                        || is_unknown_command(&e)
+                        || e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    if functions && is_unknown_command(&e) {
+                        // A server without FCALL (Redis 6): the script from now on.
+                        self.functions.store(false, Ordering::Relaxed);
+                    }
+                    self.load().await?;
+                    self.conn.query(&command(self.functions.load(Ordering::Relaxed))).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if is_connection_error(&e) => {
+                self.mark_down();
+                Err(Error::Down(e.to_string()))
+            }
+            Ok(Err(e)) => Err(Error::BadReply(e.to_string())),
+            Err(_) => {
+                // A server that does not answer within the timeout is treated as down until a
+                // probe finds it back: the next decisions do not wait for it too.
+                self.mark_down();
+                Err(Error::Timeout)
+            }
+        }
+    }
+
+    /// The timer of one call. tokio's timer rounds a deadline up to its next 1 ms tick and the
+    /// driver's wait is itself in whole milliseconds: measured, a `timeout(19 ms)` fires 21.0 to
+    /// 21.5 ms after it started, and with the waking tasks' own work up to 3.1 ms late on a busy
+    /// two-core machine. So a timeout of 6 ms or more is set 3 ms early: a call fails over
+    /// between `timeout - 3 ms` and `timeout` after it started (`tests/faults.rs` measures it).
+    pub(crate) fn deadline(&self) -> Duration {
+        if self.timeout >= Duration::from_millis(6) {
+            self.timeout - Duration::from_millis(3)
+        } else {
+            self.timeout
+        }
+    }
+
+    pub(crate) fn keys_for(&self, layer: usize, key: &str) -> String {
+        redis_key(&self.prefix, &self.layers[layer].name, key)
+    }
+}
+
+/// Probe a down connection with backoff until it answers, then mark it up.
+pub(crate) async fn reconnect(shared: Weak<Shared>, wake: Arc<Notify>) {
+    loop {
+        wake.notified().await;
+        loop {
+            let Some(s) = shared.upgrade() else { return };
+            if !s.down.load(Ordering::Acquire) {
+                break;
+            }
+            let wait = Duration::from_nanos(s.backoff_ns.load(Ordering::Relaxed));
+            let timeout = s.timeout.max(Duration::from_millis(100));
+            drop(s);
+            tokio::time::sleep(wait).await;
+            let Some(s) = shared.upgrade() else { return };
+            let ping = redis::cmd("PING").clone();
+            let probe = || tokio::time::timeout(timeout, s.conn.query(&ping));
+            let ok = match probe().await {
+                Ok(Ok(_)) => true,
+                // The connection broke (the server restarted): the manager reconnects on that
+                // error, so a second probe at once reaches a server that is back, instead of
+                // one backoff later.
+                Ok(Err(e)) if is_connection_error(&e) => matches!(probe().await, Ok(Ok(_))),
+                _ => false,
+            };
+            if ok {
+                s.backoff_ns.store(s.backoff_min.as_nanos() as u64, Ordering::Relaxed);
+                s.down.store(false, Ordering::Release);
+                bump(&s.counters.reconnects);
+                break;
+            }
+            let next = (wait * 2).min(s.backoff_max);
+            s.backoff_ns.store(next.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+}
