@@ -1,8 +1,16 @@
-//! Round trips against a `redis-server` this benchmark starts on a free loopback port, one run
-//! side by side: a decision's latency next to `PING`'s from the same client, throughput with 64
-//! concurrent tasks next to `INCR`'s, and leases on one hot key next to the in-process keyed
-//! limiter, with the global count checked exact. `cargo bench -p ratewell-redis`; `--quick`
-//! for a short run (what CI does).
+//! Round trips against a `redis-server` this benchmark starts on a free loopback port (pinned to
+//! core 0, the client to core 1, where `taskset` and two cores exist), one run side by side:
+//! - a decision's latency next to `PING`'s from the same client;
+//! - throughput with 64 concurrent tasks on distinct keys next to pipelined `INCR`'s on the same
+//!   connection type, with the server's CPU time per decision next to its time per `INCR`
+//!   (`/proc/PID/stat`);
+//! - the same with batches of at most 1, 4, 16 and 64 requests ([`Builder::batch`]);
+//! - leases on one hot key next to the in-process keyed limiter, with the global count checked
+//!   exact.
+//!
+//! `cargo bench -p ratewell-redis`; `--quick` for a short run (what CI does).
+//!
+//! [`Builder::batch`]: ratewell_redis::Builder::batch
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -26,15 +34,47 @@ async fn floor_script(conn: &ConnectionManager, key: &str) {
         redis::Script::new(FLOOR).key(key).invoke_async(&mut conn.clone()).await.unwrap();
 }
 
+/// The server's CPU time so far (user + system), in seconds, from `/proc/PID/stat` (ticks of
+/// 1/100 s); `None` where there is no `/proc`.
+fn server_cpu(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Pin the server to core 0 and this process to core 1 (`taskset`): says whether it did.
+fn pin(server_pid: u32) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |args: &[&str]| {
+        std::process::Command::new("taskset")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    cores >= 2
+        && run(&["-a", "-pc", "0", &server_pid.to_string()])
+        && run(&["-a", "-pc", "1", &std::process::id().to_string()])
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 async fn limiter(server: &Server, policy: &str, prefix: &str) -> RedisLimiter {
+    batched(server, policy, prefix, 64).await
+}
+
+async fn batched(server: &Server, policy: &str, prefix: &str, batch: usize) -> RedisLimiter {
     RedisLimiter::builder(&server.url())
         .layer("bench", &policy.parse::<Policy>().unwrap())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
+        .batch(batch)
         .build()
         .await
         .unwrap()
@@ -134,48 +174,93 @@ where
     n as f64 / elapsed
 }
 
+/// Throughput of `op` and the server's CPU seconds per operation over the run.
+async fn measured<F, Fut>(pid: u32, secs: f64, op: F) -> (f64, Option<f64>)
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let before = server_cpu(pid);
+    let start = Instant::now();
+    let rate = throughput(secs, op).await;
+    let ops = rate * start.elapsed().as_secs_f64();
+    let cpu = before.zip(server_cpu(pid)).map(|(b, a)| (a - b) / ops.max(1.0));
+    (rate, cpu)
+}
+
+fn us(cpu: Option<f64>) -> String {
+    cpu.map_or("n/a".into(), |c| format!("{:.2} us", c * 1e6))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs: f64) {
-    let l = limiter(server, "token-bucket capacity=1000 rate=1000/s", "tp:").await;
-    let mut ratios = Vec::new();
-    println!("throughput, 64 tasks on one client, {runs} alternating runs of {secs} s:");
+    let pid = server.pid();
+    let policy = "token-bucket capacity=1000 rate=1000/s";
+    let sweep = [1usize, 4, 16, 64];
+    let mut limiters = Vec::new();
+    for n in sweep {
+        limiters.push(batched(server, policy, &format!("tp{n}:"), n).await);
+    }
+    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
+    let mut by_batch = vec![Vec::new(); sweep.len()];
+    println!(
+        "throughput, 64 tasks on one client (one multiplexed connection), distinct keys, {runs} \
+         alternating runs of {secs} s; server CPU per operation from /proc:"
+    );
     for run in 0..runs {
         let c = conn.clone();
-        let incr = throughput(secs, move |i| {
+        let (incr, incr_cpu) = measured(pid, secs, move |i| {
             let mut c = c.clone();
             async move {
                 let _: i64 = redis::cmd("INCR")
-                    .arg(format!("incr-{}", i % 1000))
+                    .arg(format!("incr-{}", i % 100_000))
                     .query_async(&mut c)
                     .await
                     .unwrap();
             }
         })
         .await;
-        let l2 = l.clone();
-        let decide = throughput(secs, move |i| {
-            let l = l2.clone();
-            async move {
-                let v = l.check(&format!("client-{}", i % 1000), 1).await;
-                assert_eq!(v.source(), Source::Server);
+        println!("  run {run}: pipelined INCR {incr:>7.0}/s, server {}/INCR", us(incr_cpu));
+        for (k, (n, l)) in sweep.iter().zip(&limiters).enumerate() {
+            let before = l.metrics();
+            let l2 = l.clone();
+            let (decide, cpu) = measured(pid, secs, move |i| {
+                let l = l2.clone();
+                async move {
+                    let v = l.check(&format!("client-{}", i % 100_000), 1).await;
+                    assert_eq!(v.source(), Source::Server);
+                }
+            })
+            .await;
+            let after = l.metrics();
+            let mean =
+                (after.server - before.server) as f64 / (after.calls - before.calls).max(1) as f64;
+            by_batch[k].push(decide / incr);
+            println!(
+                "    batch <= {n:>2}: {decide:>7.0} decisions/s  decision/INCR {:.2}  mean batch \
+                 {mean:>5.1}  server {}/decision",
+                decide / incr,
+                us(cpu)
+            );
+            if *n == 64 {
+                ratios.push(decide / incr);
+                if let (Some(d), Some(i)) = (cpu, incr_cpu) {
+                    cpu_ratios.push(d / i);
+                }
             }
-        })
-        .await;
-        let c = conn.clone();
-        let floor = throughput(secs, move |i| {
-            let c = c.clone();
-            async move { floor_script(&c, &format!("floor-{}", i % 1000)).await }
-        })
-        .await;
-        ratios.push(decide / incr);
-        println!(
-            "  run {run}: INCR {incr:>7.0}/s  decision {decide:>7.0}/s  floor script {floor:>7.0}/s  \
-             decision/INCR {:.2}  floor/INCR {:.2}",
-            decide / incr,
-            floor / incr
-        );
+        }
     }
-    ratios.sort_by(f64::total_cmp);
-    println!("  median decision/INCR {:.2}", ratios[ratios.len() / 2]);
+    for (n, r) in sweep.iter().zip(by_batch) {
+        println!("  median decision/INCR, batch <= {n}: {:.2}", median(r));
+    }
+    println!("  median decision/INCR (default batch, 64): {:.2}", median(ratios));
+    if !cpu_ratios.is_empty() {
+        println!("  median server CPU per decision / per INCR: {:.2}", median(cpu_ratios));
+    }
 }
 
 /// Leases on one hot key against the in-process keyed limiter, one thread each in turn.
@@ -253,10 +338,12 @@ fn main() {
     let version = server.cli(&["INFO", "server"]).unwrap_or_default();
     let version =
         version.lines().find(|l| l.starts_with("redis_version")).unwrap_or("").trim().to_string();
+    let pinned = pin(server.pid());
     println!(
-        "redis-server {version} on 127.0.0.1:{}, {} cores",
+        "redis-server {version} on 127.0.0.1:{}, {} cores, {}",
         server.port,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if pinned { "server pinned to core 0, client to core 1" } else { "not pinned" }
     );
     // One client thread (the server has the other core): no wake-up crosses threads.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -1,7 +1,7 @@
 //! Opportunistic batching: at most one call in flight per connection (per hash slot on a
 //! cluster). A request that finds none in flight is sent at once, alone; the requests that
-//! arrive while a call is in flight queue, and go as one call of up to [`MAX_BATCH`] when it
-//! returns. No timer: a lone task's decision is never delayed, and under load a call carries
+//! arrive while a call is in flight queue, and go as one call when it
+//! returns (at most [`Builder::batch`](crate::Builder::batch), 64 unless set). No timer: a lone task's decision is never delayed, and under load a call carries
 //! what queued during the previous one's round trip.
 //!
 //! The server decides a call's requests in queue order, each as its own call would be decided
@@ -22,8 +22,11 @@ use crate::error::Error;
 use crate::keys::slot;
 use crate::metrics::bump;
 
-/// The most requests one call carries (`benches/round_trips.rs` sweeps 1, 4, 16 and 64).
-pub(crate) const MAX_BATCH: usize = 64;
+/// The requests one call carries at most, unless the builder says otherwise
+/// (`benches/round_trips.rs` sweeps 1, 4, 16 and 64).
+pub(crate) const DEFAULT_BATCH: usize = 64;
+/// The most a builder may set.
+pub(crate) const MAX_BATCH: usize = 1024;
 
 /// One request of a call: its keys and arguments (`decide.lua`'s `K` and `A`), and the number of
 /// fields its reply has (1 for a refund, 1 + 6 per layer otherwise).
@@ -117,13 +120,14 @@ impl Drop for Lead<'_> {
     }
 }
 
-/// Send what waits, [`MAX_BATCH`] at a time, until nothing does.
+/// Send what waits, up to the limiter's batch at a time, until nothing does.
 async fn drain(shared: Arc<Shared>, batcher: Arc<Batcher>) {
     loop {
         let batch: Vec<Waiting> = {
             let mut q = batcher.lock();
-            let mut batch = Vec::with_capacity(q.waiting.len().min(MAX_BATCH));
-            while batch.len() < MAX_BATCH {
+            let max = shared.max_batch;
+            let mut batch = Vec::with_capacity(q.waiting.len().min(max));
+            while batch.len() < max {
                 match q.waiting.pop_front() {
                     // Its caller stopped waiting (it failed over): not sent.
                     Some(w) if w.reply.is_closed() => {}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratewell::{Layer, LayeredLimiter, MAX_LAYERS, Parameters, Policy};
 use tokio::sync::Notify;
 
-use crate::batch::Batchers;
+use crate::batch::{Batchers, DEFAULT_BATCH, MAX_BATCH};
 use crate::conn::{Shared, Target, connect, is_connection_error, reconnect};
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
@@ -39,6 +39,7 @@ pub struct Builder {
     timeout: Duration,
     failover: Failover,
     backoff: (Duration, Duration),
+    batch: usize,
 }
 
 impl Builder {
@@ -64,6 +65,15 @@ impl Builder {
     /// What decides when the server cannot (default [`Failover::Closed`]).
     pub fn failover(mut self, failover: Failover) -> Self {
         self.failover = failover;
+        self
+    }
+
+    /// The most requests one server call carries (default 64; at least 1, at most 1024). While
+    /// a call is in flight on a connection, the requests that arrive queue and go together as
+    /// the next call; a request that finds nothing in flight goes at once, alone. 1 sends one
+    /// request per call, one call at a time.
+    pub fn batch(mut self, max: usize) -> Self {
+        self.batch = max.clamp(1, MAX_BATCH);
         self
     }
 
@@ -158,6 +168,7 @@ impl Builder {
             counters: Counters::default(),
             cluster,
             batchers: Batchers::new(cluster),
+            max_batch: self.batch,
         });
         if up {
             // Load the code now, so that the first decision is one round trip; a server that
@@ -194,6 +205,7 @@ impl Builder {
             timeout: Duration::from_millis(50),
             failover: Failover::Closed,
             backoff: (Duration::from_millis(10), Duration::from_secs(1)),
+            batch: DEFAULT_BATCH,
         }
     }
 }

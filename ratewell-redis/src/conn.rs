@@ -130,6 +130,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) cluster: bool,
     pub(crate) batchers: Batchers,
+    /// The most requests one call carries.
+    pub(crate) max_batch: usize,
 }
 
 impl Drop for Shared {

@@ -34,13 +34,13 @@
 -- K: one key per layer (on a cluster, every key of a batch in one hash slot).
 -- A: now_us ('' = the server's TIME), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
 --    each key's own reset time; else this fixed TTL, for a trace's own clock), then per layer
---    8 fields: algorithm, p1..p6, mode. The mode is '0' (enforced: the request is admitted
---    only if the layer admits it), '1' (dry run: decided and charged if it fits, never
---    rejecting), 'q' (quota: rejecting only when every quota layer of the call rejects) or
---    'r' (read: decided, never charged, reported as a peek is), optionally followed by
---    ':<cost>', the layer's own cost instead of the call's. For 'refund' each layer's p6 slot is
---    followed by nothing else: the receipt ('after|before': the state the charge stored and
---    the one it replaced) comes after all the layers, one per layer.
+--    2 fields: the policy ('algorithm p1 p2 p3 p4 p5 p6', `src/script.rs`) and the mode. The
+--    mode is '0' (enforced: the request is admitted only if the layer admits it), '1' (dry
+--    run: decided and charged if it fits, never rejecting), 'q' (quota: rejecting only when
+--    every quota layer of the call rejects) or 'r' (read: decided, never charged, reported as
+--    a peek is), optionally followed by ':<cost>', the layer's own cost instead of the call's.
+--    For 'refund' the receipts ('after|before': the state the charge stored and the one it
+--    replaced) follow the layers, one per layer.
 -- Its fields in the reply: admitted (1/0), per layer: outcome, remaining, reset_ns, wait_ns,
 --    replenish_ns (0 = none), receipt ('' when nothing was stored; the log's: the entry's
 --    time). A refund's: 1.
@@ -614,12 +614,22 @@ local function alg_of(name)
   return a
 end
 
--- A layer's parameters: p[1..6] as given; p[7..10] derived (GCRA and the exact leaky bucket:
--- k = 1000 n, the full bucket's debt, the longest span ahead (us), one period (us)).
-local function params(A, base)
-  local p = {tonum(A[base + 1]), tonum(A[base + 2]), tonum(A[base + 3]),
-             tonum(A[base + 4]), tonum(A[base + 5]), tonum(A[base + 6]), 0, 0, 0, 0}
-  local alg = A[base]
+-- A layer's policy arrives as one argument, 'algorithm p1 p2 p3 p4 p5 p6', and is parsed once:
+-- a library keeps the parsed policies across calls (at most 1024, then it starts over), a
+-- script for its one call. p[1..6] as given; p[7..10] derived (GCRA and the exact leaky
+-- bucket: k = 1000 n, the full bucket's debt, the longest span ahead (us), one period (us)).
+-- The algorithms only read p.
+local POLICIES, npolicies = {}, 0
+
+local function policy_of(text)
+  local known = POLICIES[text]
+  if known then return known[1], known[2] end
+  local alg, a, b, c, d, e, f = match(text,
+    '^(%a+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
+  if not alg or not MAKERS[alg] then
+    error({err = format('ratewell: not a policy: %q', sub(text, 1, 64))})
+  end
+  local p = {tonum(a), tonum(b), tonum(c), tonum(d), tonum(e), tonum(f), 0, 0, 0, 0}
   if alg == 'gcra' or alg == 'leaky' then
     local k = 1000 * p[2]
     p[7] = k
@@ -627,7 +637,10 @@ local function params(A, base)
     p[9] = divmod(p[5], k)
     p[10] = divmod(p[3], k)
   end
-  return alg, p, A[base + 7]
+  if npolicies >= 1024 then POLICIES = {}; npolicies = 0 end
+  POLICIES[text] = {alg, p}
+  npolicies = npolicies + 1
+  return alg, p
 end
 
 -- The batch's view of its string keys. `b.cache[key]` is the key's text, false when it is absent,
@@ -664,6 +677,7 @@ end
 
 -- A layer's mode and cost (see ARGV).
 local function mode_of(flag, cost)
+  if #flag == 1 then return flag, cost end
   local m, c = match(flag, '^([01qr]):(%d+)$')
   if m then return m, tonum(c) end
   return flag, cost
@@ -671,37 +685,44 @@ end
 
 local PROBE = 1099511627776 -- 2^40: above every limit
 
--- One request (K: its keys, A: its arguments, as the header describes them), appended to `out`;
--- or an error reply, with nothing appended.
-local function decide_one(b, K, A, out)
+-- The per-layer scratch of one request: a library reuses them across requests and calls (a
+-- request reads only the entries 1..layers it wrote itself); `pending` is cleared of the
+-- request's keys before it starts.
+local results, states, seen, algs, ps, raws, modes, costs, pending = {}, {}, {}, {}, {}, {}, {},
+  {}, {}
+
+-- One request, its keys at keys[k + 1 .. k + layers] and its arguments at args[a + 1 ..] (`K`
+-- and `A` above), appended to `out`; or an error reply, with nothing appended.
+local function decide_one(b, keys, k, layers, args, a, out)
   local now
-  if A[1] == '' then
+  local when = args[a + 1]
+  if when == '' then
     if not b.now then
       local t = call('TIME')
       b.now = tonum(t[1]) * 1000000 + tonum(t[2])
     end
     now = b.now
   else
-    now = tonum(A[1])
+    now = tonum(when)
   end
-  local cost = tonum(A[2])
-  local op = A[3]
-  local fixed_ttl = tonum(A[4])
-  local layers = #K
+  local cost = tonum(args[a + 2])
+  local op = args[a + 3]
+  local ttl = args[a + 4]
+  local fixed_ttl = nil
+  if ttl ~= '' then fixed_ttl = tonum(ttl) end
 
   if op == 'refund' then
     for i = 1, layers do
-      local base = 5 + (i - 1) * 8
-      local alg, p = params(A, base)
+      local alg, p = policy_of(args[a + 3 + 2 * i])
       -- A receipt is 'after|before': the state the charge stored and the one it replaced; a
       -- receipt of part of a charge is 'after' alone (it gives back only that part).
-      local raw_receipt = A[4 + layers * 8 + i]
+      local raw_receipt = args[a + 4 + 2 * layers + i]
       local bar = find(raw_receipt, '|', 1, true)
       local after_raw, before_raw = raw_receipt, ''
       if bar then after_raw = sub(raw_receipt, 1, bar - 1); before_raw = sub(raw_receipt, bar + 1) end
       local receipt = nil
       if after_raw ~= '' then receipt = parse(after_raw) end
-      local key = K[i]
+      local key = keys[k + i]
       if alg == 'log' then
         alg_of('log')[2](p, key, now, cost, receipt)
       else
@@ -719,8 +740,8 @@ local function decide_one(b, K, A, out)
               store(b, key, before, probe[3], fixed_ttl)
             end
           else
-            local ns, ttl = alg_of(alg)[2](p, st, now, cost, receipt)
-            if ttl ~= -1 then store(b, key, ns, ttl, fixed_ttl) end
+            local ns, ttl_ns = alg_of(alg)[2](p, st, now, cost, receipt)
+            if ttl_ns ~= -1 then store(b, key, ns, ttl_ns, fixed_ttl) end
           end
         end
       end
@@ -732,17 +753,16 @@ local function decide_one(b, K, A, out)
   -- Layers are decided in order, and a key named twice sees the charge its earlier layer would
   -- take (`pending`): two limits on one key count twice, as two calls would. Nothing is stored
   -- before every layer is decided.
-  local results, states, seen, algs, ps, raws, modes, costs = {}, {}, {}, {}, {}, {}, {}, {}
-  local pending = {}
+  for i = 1, layers do pending[keys[k + i]] = nil end
   local all = true
   local quota_total, quota_rejected = 0, 0
   for i = 1, layers do
-    local base = 5 + (i - 1) * 8
-    local alg, p, flag = params(A, base)
-    local mode, c = mode_of(flag, cost)
-    local key = K[i]
+    local alg, p = policy_of(args[a + 3 + 2 * i])
+    local mode, c = mode_of(args[a + 4 + 2 * i], cost)
+    local key = keys[k + i]
     local r
     local st = nil
+    raws[i] = nil
     if alg == 'log' then
       local bad
       r, bad = alg_of('log')[1](p, key, now, c, false)
@@ -781,7 +801,7 @@ local function decide_one(b, K, A, out)
       local s
       local st = states[i]
       if all and modes[i] == 'r' then st = seen[i] end
-      if algs[i] == 'log' then s = alg_of('log')[1](ps[i], K[i], now, PROBE, false)
+      if algs[i] == 'log' then s = alg_of('log')[1](ps[i], keys[k + i], now, PROBE, false)
       else s = alg_of(algs[i])[1](ps[i], st, now, PROBE) end
       r[2] = s[2]; r[3] = s[3]; r[5] = s[5]
     end
@@ -794,10 +814,10 @@ local function decide_one(b, K, A, out)
     local receipt = ''
     if op == 'take' and all and r[1] == 0 and modes[i] ~= 'r' then
       if algs[i] == 'log' then
-        r = alg_of('log')[1](ps[i], K[i], now, costs[i], true)
+        r = alg_of('log')[1](ps[i], keys[k + i], now, costs[i], true)
         receipt = fmt(r[8][1])
       else
-        local text = store(b, K[i], r[6], r[7], fixed_ttl)
+        local text = store(b, keys[k + i], r[6], r[7], fixed_ttl)
         if r[6] then receipt = text .. '|' .. (raws[i] or '') end
       end
     end
@@ -825,24 +845,33 @@ local function batch(keys, args)
   end
   local b = {cache = {}, ms = {}, order = {}, now = nil}
 
-  -- Every key not of the sliding log is read with one MGET. MGET answers nil for a key of
-  -- another type as for an absent one: if any absent key exists, the types tell them apart.
+  -- Every key not of the sliding log is read with one MGET, where a batch names two or more
+  -- (one is read by its request, with GET). MGET answers nil for a key of another type as for
+  -- an absent one: if any absent key exists, the types tell them apart.
   local want, wanted = {}, {}
-  for r = 1, n do
-    local q = reqs[r]
-    for i = 1, q[2] do
-      local key = keys[q[1] + i - 1]
-      if not wanted[key] and args[q[3] + 4 + (i - 1) * 8] ~= 'log' then
-        wanted[key] = true; want[#want + 1] = key
+  if n > 1 then
+    for r = 1, n do
+      local q = reqs[r]
+      for i = 1, q[2] do
+        local key = keys[q[1] + i - 1]
+        if not wanted[key] then
+          local ok, alg = pcall(policy_of, args[q[3] + 2 + 2 * i])
+          if ok and alg ~= 'log' then wanted[key] = true; want[#want + 1] = key end
+        end
       end
     end
+    if #want < 2 then want = {} end
   end
-  if #want > 0 then
-    local got = call('MGET', unpk(want))
+  -- (In chunks: Lua's stack holds some 8,000 values, and a batch may name more keys.)
+  for from = 1, #want, 1000 do
+    local to = from + 999
+    if to > #want then to = #want end
+    local got = call('MGET', unpk(want, from, to))
     local absent = {}
-    for i = 1, #want do
-      b.cache[want[i]] = got[i]
-      if not got[i] then absent[#absent + 1] = want[i] end
+    for i = from, to do
+      local raw = got[i - from + 1]
+      b.cache[want[i]] = raw
+      if not raw then absent[#absent + 1] = want[i] end
     end
     if #absent > 0 and call('EXISTS', unpk(absent)) > 0 then
       for i = 1, #absent do
@@ -854,11 +883,8 @@ local function batch(keys, args)
   local out = {0}
   for r = 1, n do
     local q = reqs[r]
-    local K, A = {}, {}
-    for i = 1, q[2] do K[i] = keys[q[1] + i - 1] end
-    for j = 1, q[4] do A[j] = args[q[3] + j - 1] end
     local at = #out
-    local ok, err = pcall(decide_one, b, K, A, out)
+    local ok, err = pcall(decide_one, b, keys, q[1] - 1, q[2], args, q[3] - 1, out)
     if not ok or err then
       if ok then
         -- An error reply, returned.
@@ -870,7 +896,7 @@ local function batch(keys, args)
       for j = #out, at + 1, -1 do out[j] = nil end
       out[at + 1] = err
       local len = 1 + 6 * q[2]
-      if A[3] == 'refund' then len = 1 end
+      if args[q[3] + 2] == 'refund' then len = 1 end
       for j = 2, len do out[at + j] = 0 end
     end
   end

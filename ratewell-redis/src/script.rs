@@ -203,11 +203,21 @@ impl Compiled {
         Ok(Compiled { algorithm, params, limit, dry_run })
     }
 
-    /// The layer's eight script arguments.
+    /// The layer's two script arguments: the policy as one ('algorithm p1 .. p6', parsed once
+    /// by the server and kept) and the mode.
     pub(crate) fn push_args(&self, args: &mut Vec<String>) {
-        args.push(self.algorithm.to_string());
-        args.extend(self.params.iter().map(i64::to_string));
+        args.push(self.policy_arg());
         args.push(if self.dry_run { "1" } else { "0" }.to_string());
+    }
+
+    /// The policy as the script takes it: 'algorithm p1 p2 p3 p4 p5 p6'.
+    pub(crate) fn policy_arg(&self) -> String {
+        let mut s = self.algorithm.to_string();
+        for p in self.params {
+            s.push(' ');
+            s.push_str(&p.to_string());
+        }
+        s
     }
 
     /// The decision a layer's six reply fields describe.

@@ -86,6 +86,11 @@ impl Server {
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();
         let ok =
