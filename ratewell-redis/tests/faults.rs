@@ -105,6 +105,33 @@ async fn sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_caught_in_a_sigstop_returns_within_the_timeout_for_each_decision() {
+    let _serial = serial().await;
+    let server = Server::start();
+    let l = limiter(&server, Failover::Open, "token-bucket capacity=100 rate=100/s").await;
+    assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
+    let calls = l.metrics().calls;
+    server.stop();
+    // 64 decisions at once: the first is sent alone, the other 63 queue behind it for one batch.
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let l = l.clone();
+            tokio::spawn(async move { timed(&l, &format!("k{i}")).await })
+        })
+        .collect();
+    for t in tasks {
+        let (v, took) = t.await.expect("no panic");
+        assert!(took <= TIMEOUT + SLACK, "a decision took {took:?}");
+        assert!(matches!(v.source(), Source::Failover(_)), "{:?}", v.source());
+        assert!(v.is_admitted(), "fail-open");
+    }
+    // Only the first call reached the stopped server: the queued decisions were not sent to a
+    // connection already down.
+    assert_eq!(l.metrics().calls, calls + 1);
+    server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_times_out_once_and_nothing_piles_up() {
     let _serial = serial().await;
     let server = Server::start();
