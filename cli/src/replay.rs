@@ -1,6 +1,6 @@
 //! `ratewell replay`: the contract of `docs/SEMANTICS.md`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -131,7 +131,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
             Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
         };
-        replay_trace(path, output, false, ahead, decide)?;
+        replay_trace(path, output, false, ahead, decide, Ok, 1)?;
         for i in 0..n {
             let m = limiter.metrics(i).expect("a layer of the limiter");
             if m.evictions > 0 {
@@ -167,7 +167,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         let decision = limiter.check_prehashed(token, cost);
         Ok(Decided { decision, layer: None, would: String::new() })
     };
-    let copy = replay_trace(path, output, args.find_capacity, ahead, decide)?;
+    let copy = replay_trace(path, output, args.find_capacity, ahead, decide, Ok, 1)?;
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
         let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
@@ -186,14 +186,30 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The replay in a Redis server: one script call per line, on the trace's clock.
+/// Requests a replay on a server keeps outstanding: sent ahead of the one printed next, so that
+/// the limiter's queue stays full and each call carries a full batch.
+const REDIS_WINDOW: usize = 8192;
+/// The most requests one call to the server carries during a replay.
+const REDIS_BATCH: usize = 256;
+
+/// A line's decision on the server: made already, or a task still waiting for it.
+enum Outstanding {
+    Done(Box<Result<ratewell_redis::Verdict, ratewell_redis::Error>>),
+    Task(tokio::task::JoinHandle<Result<ratewell_redis::Verdict, ratewell_redis::Error>>),
+}
+
+/// The replay in a Redis server, on the trace's clock: each line is one request, sent ahead of
+/// its printing (up to [`REDIS_WINDOW`] outstanding), so that the limiter batches them; the
+/// server decides a batch's requests in order, as it would one call per line.
 fn replay_redis(
     url: &str,
     policies: &[Policy],
     path: Option<&PathBuf>,
     output: Output,
 ) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // One worker: the requests go out while this thread reads the trace and prints.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the Redis client: {e}"))?;
@@ -203,7 +219,8 @@ fn replay_redis(
     let prefix = format!("ratewell-replay:{}-{stamp}:", std::process::id());
     let mut builder = ratewell_redis::RedisLimiter::builder(url)
         .prefix(prefix)
-        .timeout(std::time::Duration::from_secs(10));
+        .timeout(std::time::Duration::from_secs(10))
+        .batch(REDIS_BATCH);
     for (i, p) in policies.iter().enumerate() {
         builder = builder.layer(format!("{}", i + 1), p);
     }
@@ -215,9 +232,9 @@ fn replay_redis(
     let decide = |t: u64, field: &[u8], (): (), cost: u32, line: u64| {
         let field = std::str::from_utf8(field)
             .map_err(|_| Failure::Read(format!("line {line}: a key that is not UTF-8")))?;
-        let keys: Vec<Option<&str>> = field.split('|').map(Some).collect();
+        let keys: Vec<String> = field.split('|').map(str::to_string).collect();
         let keys = match keys.len() {
-            1 => vec![keys[0]; n],
+            1 => vec![keys[0].clone(); n],
             k if k == n => keys,
             k => {
                 return Err(Failure::Read(format!(
@@ -226,14 +243,35 @@ fn replay_redis(
                 )));
             }
         };
-        let verdict = runtime
-            .block_on(limiter.check_at(&keys, cost, ratewell::Nanos::new(t)))
-            .map_err(|e| Failure::Read(format!("line {line}: --backend {url}: {e}")))?;
+        let limiter = limiter.clone();
+        let mut decision = Box::pin(async move {
+            let keys: Vec<Option<&str>> = keys.iter().map(|k| Some(k.as_str())).collect();
+            limiter.check_at(&keys, cost, ratewell::Nanos::new(t)).await
+        });
+        // Polled once here, in the trace's order, so that the request joins the limiter's queue
+        // in that order (the runtime's worker polls spawned tasks in an order of its own); the
+        // task polls it again with its own waker.
+        let _context = runtime.enter();
+        let mut first = std::task::Context::from_waker(std::task::Waker::noop());
+        Ok(match decision.as_mut().poll(&mut first) {
+            std::task::Poll::Ready(verdict) => (Outstanding::Done(Box::new(verdict)), line),
+            std::task::Poll::Pending => (Outstanding::Task(runtime.spawn(decision)), line),
+        })
+    };
+    let resolve = |(outstanding, line): (Outstanding, u64)| {
+        let verdict = match outstanding {
+            Outstanding::Done(verdict) => *verdict,
+            Outstanding::Task(task) => runtime
+                .block_on(task)
+                .map_err(|e| Failure::Read(format!("line {line}: --backend {url}: {e}")))?,
+        }
+        .map_err(|e| Failure::Read(format!("line {line}: --backend {url}: {e}")))?;
         let d = verdict.layered();
         let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
         Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
     };
-    let result = replay_trace(path, output, false, |_: &[u8]| {}, decide).map(drop);
+    let result =
+        replay_trace(path, output, false, |_: &[u8]| {}, decide, resolve, REDIS_WINDOW).map(drop);
     let cleared = runtime.block_on(limiter.delete_keys());
     result?;
     cleared.map_err(|e| format!("--backend {url}: deleting the replay's keys: {e}"))?;
@@ -249,14 +287,17 @@ struct Decided {
 }
 
 /// Replay the trace at `path` (standard input if `None`, kept in a temporary copy if `keep`,
-/// returned, to be read again should live keys be evicted) through `decide`, printing to standard
-/// output; `ahead` is called on each key a little before `decide` (see [`replay`]).
-fn replay_trace<T: Copy>(
+/// returned, to be read again should live keys be evicted) through `decide` and `resolve`,
+/// printing to standard output; `ahead` is called on each key a little before `decide` (see
+/// [`replay`]).
+fn replay_trace<T: Copy, P>(
     path: Option<&PathBuf>,
     output: Output,
     keep: bool,
     ahead: impl FnMut(&[u8]) -> T,
-    decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<Decided, Failure>,
+    decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<P, Failure>,
+    resolve: impl FnMut(P) -> Result<Decided, Failure>,
+    window: usize,
 ) -> Result<Option<TempFile>, String> {
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
@@ -267,7 +308,9 @@ fn replay_trace<T: Copy>(
             let size = file.metadata().ok().map(|m| m.len());
             let progress = FileProgress::new("replay", size, PROGRESS_BYTES);
             let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file)).with_key_lists();
-            (replay(&mut reader, &mut out, output, progress, ahead, decide), None)
+            let result =
+                replay(&mut reader, &mut out, output, progress, ahead, decide, resolve, window);
+            (result, None)
         }
         None => {
             let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
@@ -276,7 +319,8 @@ fn replay_trace<T: Copy>(
                 Tee::new_if(io::stdin().lock(), keep),
             ))
             .with_key_lists();
-            let result = replay(&mut reader, &mut out, output, progress, ahead, decide);
+            let result =
+                replay(&mut reader, &mut out, output, progress, ahead, decide, resolve, window);
             (result, reader.into_inner().into_inner().finish())
         }
     };
@@ -337,16 +381,22 @@ struct Ahead<T> {
 const GROUP: usize = KeyedLimiter::<[u8], ManualClock>::BATCH_GROUP;
 
 /// The replay: requests are read `GROUP` at a time, each key passed to `ahead` as it is read, then
-/// decided in order by `decide` (given what `ahead` returned) and printed. A line that does not
-/// parse ends the replay after the lines before it are decided and printed, as it would one line
-/// at a time.
-fn replay<T: Copy>(
+/// handed in order to `decide` (given what `ahead` returned), and what it returns to `resolve`,
+/// in the same order, for the decision that is printed. With a `window` of 1 each request is
+/// resolved as soon as it is decided; with more, up to `window` requests are outstanding at once
+/// (a server deciding them while more are read). A line that does not parse, or that `decide`
+/// refuses, ends the replay after the lines before it are resolved and printed, as it would one
+/// line at a time.
+#[allow(clippy::too_many_arguments)]
+fn replay<T: Copy, P>(
     reader: &mut Reader<impl io::BufRead>,
     out: &mut impl Write,
     output: Output,
     mut progress: FileProgress,
     mut ahead: impl FnMut(&[u8]) -> T,
-    mut decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<Decided, Failure>,
+    mut decide: impl FnMut(u64, &[u8], T, u32, u64) -> Result<P, Failure>,
+    mut resolve: impl FnMut(P) -> Result<Decided, Failure>,
+    window: usize,
 ) -> Result<(), Failure> {
     // Per-key counts only for --summary: the table keeps no keys, so a replay of millions of
     // distinct keys stays within the table's memory.
@@ -359,6 +409,9 @@ fn replay<T: Copy>(
     // The group's keys, copied out of the reader's lines.
     let mut keys: Vec<u8> = Vec::with_capacity(GROUP * 64);
     let mut group: Vec<Ahead<T>> = Vec::with_capacity(GROUP);
+    // Requests decided and not yet resolved (a window over 1): their keys and what `decide`
+    // returned, in order.
+    let mut outstanding: VecDeque<(Vec<u8>, P)> = VecDeque::new();
     let mut end = None;
     while end.is_none() {
         keys.clear();
@@ -384,8 +437,33 @@ fn replay<T: Copy>(
         }
         for r in &group {
             let key = &keys[r.start..r.end];
-            let Decided { decision, layer, would } = decide(r.t, key, r.token, r.cost, r.line)?;
-            record(out, output, &mut ids, &mut stats, key, &decision, layer, &would)?;
+            let pending = match decide(r.t, key, r.token, r.cost, r.line) {
+                Ok(p) => p,
+                Err(e) => {
+                    for (key, p) in outstanding.drain(..) {
+                        let Decided { decision, layer, would } = resolve(p)?;
+                        record(out, output, &mut ids, &mut stats, &key, &decision, layer, &would)?;
+                    }
+                    return Err(e);
+                }
+            };
+            if window <= 1 {
+                let Decided { decision, layer, would } = resolve(pending)?;
+                record(out, output, &mut ids, &mut stats, key, &decision, layer, &would)?;
+                continue;
+            }
+            outstanding.push_back((key.to_vec(), pending));
+            if outstanding.len() >= window {
+                let (key, p) = outstanding.pop_front().expect("not empty");
+                let Decided { decision, layer, would } = resolve(p)?;
+                record(out, output, &mut ids, &mut stats, &key, &decision, layer, &would)?;
+            }
+        }
+        if end.is_some() {
+            for (key, p) in outstanding.drain(..) {
+                let Decided { decision, layer, would } = resolve(p)?;
+                record(out, output, &mut ids, &mut stats, &key, &decision, layer, &would)?;
+            }
         }
         progress.update(reader.bytes(), reader.lines());
     }

@@ -32,7 +32,7 @@ pub(crate) const MAX_BATCH: usize = 1024;
 /// fields its reply has (1 for a refund, 1 + 6 per layer otherwise).
 pub(crate) struct Request {
     pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<String>,
+    pub(crate) args: Vec<Vec<u8>>,
     pub(crate) fields: usize,
 }
 
@@ -198,19 +198,19 @@ impl Shared {
         if self.down.load(std::sync::atomic::Ordering::Acquire) {
             return all(Error::Down("reconnecting".into()));
         }
-        let counts: Vec<String> = std::iter::once(requests.len())
+        let counts: Vec<Vec<u8>> = std::iter::once(requests.len())
             .chain(requests.iter().flat_map(|r| [r.keys.len(), r.args.len()]))
-            .map(|n| n.to_string())
+            .map(|n| n.to_string().into_bytes())
             .collect();
         let keys: Vec<&str> =
             requests.iter().flat_map(|r| r.keys.iter().map(String::as_str)).collect();
-        let mut args: Vec<&str> =
+        let mut args: Vec<&[u8]> =
             Vec::with_capacity(counts.len() + requests.iter().map(|r| r.args.len()).sum::<usize>());
         args.push(&counts[0]);
         for (i, r) in requests.iter().enumerate() {
             args.push(&counts[1 + 2 * i]);
             args.push(&counts[2 + 2 * i]);
-            args.extend(r.args.iter().map(String::as_str));
+            args.extend(r.args.iter().map(Vec::as_slice));
         }
         bump(&self.counters.calls);
         let reply = match self.call(&keys, &args, deadline).await {

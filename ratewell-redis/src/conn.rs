@@ -195,7 +195,7 @@ impl Shared {
     pub(crate) async fn call(
         &self,
         keys: &[&str],
-        args: &[&str],
+        args: &[&[u8]],
         deadline: Instant,
     ) -> Result<Value, Error> {
         let command = |functions: bool| {

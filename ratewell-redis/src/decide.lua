@@ -32,7 +32,7 @@
 -- A call is a batch of requests (`batch`, at the end), each decided as its own call would be.
 -- One request, as `decide_one` reads it:
 -- K: one key per layer (on a cluster, every key of a batch in one hash slot).
--- A: now_us ('' = the server's TIME), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
+-- A: now_us ('' = the server's TIME; else 8 bytes, a little-endian double), cost, op ('take' | 'peek' | 'refund'), ttl_ms ('' =
 --    each key's own reset time; else this fixed TTL, for a trace's own clock), then per layer
 --    2 fields: the policy ('algorithm p1 p2 p3 p4 p5 p6', `src/script.rs`) and the mode. The
 --    mode is '0' (enforced: the request is admitted only if the layer admits it), '1' (dry
@@ -49,12 +49,25 @@
 -- The globals used on every decision, read once into upvalues by `init` (a function library's
 -- top level runs at load, where only `redis.register_function` may be touched: globals are read
 -- on the first call instead, and kept for every later one).
-local floor, format, match, tonum, unpk, call, sub, find
+local floor, format, match, tonum, unpk, call, sub, find, byte, pack, sunpack
 
 local function init()
   floor, format, match, tonum, unpk = math.floor, string.format, string.match, tonumber,
     unpack
-  call, sub, find = redis.call, string.sub, string.find
+  call, sub, find, byte = redis.call, string.sub, string.find, string.byte
+  pack, sunpack = struct.pack, struct.unpack
+end
+
+-- Small numbers that arrive as text again and again (costs, TTLs, counts): converted once.
+-- tonumber is C's strtod, a thousand instructions and more for a single digit.
+local NUMS, nnums = {}, 0
+
+local function num(s)
+  local v = NUMS[s]
+  if v then return v end
+  v = tonum(s)
+  if nnums < 4096 then NUMS[s] = v; nnums = nnums + 1 end
+  return v
 end
 
 local function divmod(a, b)
@@ -78,14 +91,60 @@ local function fmt(a, b, c)
   return format('%d', a)
 end
 
--- A state (or receipt) of one to three integers; nil for anything else.
+-- A state of one to three integers, as this code stores it: one byte, the count, then each
+-- integer as a little-endian double (`struct`: no decimal conversion either way, which costs
+-- more than deciding).
+local function encode(st)
+  local a, b, c = st[1], st[2], st[3]
+  if c then return pack('<Bddd', 3, a, b, c) end
+  if b then return pack('<Bdd', 2, a, b) end
+  return pack('<Bd', 1, a)
+end
+
+local function exact(v)
+  return v == floor(v) and v < 9007199254740992 and v > -9007199254740992
+end
+
+-- A state (or receipt) as `encode` writes it, or as decimal text (what earlier versions stored,
+-- and the sliding log's entries): its integers; nil for anything else.
 local function parse(s)
   if not s then return nil end
+  local k = byte(s, 1)
+  if k == 2 then
+    if #s ~= 17 then return nil end
+    local a, b = sunpack('<dd', s, 2)
+    if exact(a) and exact(b) then return {a, b} end
+    return nil
+  elseif k == 3 then
+    if #s ~= 25 then return nil end
+    local a, b, c = sunpack('<ddd', s, 2)
+    if exact(a) and exact(b) and exact(c) then return {a, b, c} end
+    return nil
+  elseif k == 1 then
+    if #s ~= 9 then return nil end
+    local a = sunpack('<d', s, 2)
+    if exact(a) then return {a} end
+    return nil
+  end
   local a, b, c = match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
   if not a then return nil end
   if b == '' then return {tonum(a)} end
   if c == '' then return {tonum(a), tonum(b)} end
   return {tonum(a), tonum(b), tonum(c)}
+end
+
+-- A receipt: the state a charge stored, and ('|' after it) the state it replaced, or the stored
+-- state alone (a receipt of part of a charge). Returns the two, and whether the second is there.
+local function split_receipt(r)
+  local k = byte(r, 1)
+  if k and k >= 1 and k <= 3 then
+    local len = 1 + 8 * k
+    if byte(r, len + 1) == 124 then return sub(r, 1, len), sub(r, len + 2), true end
+    return sub(r, 1, len), '', false
+  end
+  local bar = find(r, '|', 1, true)
+  if bar then return sub(r, 1, bar - 1), sub(r, bar + 1), true end
+  return r, '', false
 end
 
 -- A key whose state is not one this script wrote (something else overwrote it) is an error
@@ -670,7 +729,7 @@ local function store(b, key, st, ttl_ns, fixed_ttl)
   local ms = fixed_ttl
   if not ms then ms = ceildiv(ttl_ns, 1000000); if ms < 1 then ms = 1 end end
   if st == 'log' then call('PEXPIRE', key, ms); return '' end
-  local text = fmt(unpk(st))
+  local text = encode(st)
   write(b, key, text, ms)
   return text
 end
@@ -679,7 +738,7 @@ end
 local function mode_of(flag, cost)
   if #flag == 1 then return flag, cost end
   local m, c = match(flag, '^([01qr]):(%d+)$')
-  if m then return m, tonum(c) end
+  if m then return m, num(c) end
   return flag, cost
 end
 
@@ -702,24 +761,25 @@ local function decide_one(b, keys, k, layers, args, a, out)
       b.now = tonum(t[1]) * 1000000 + tonum(t[2])
     end
     now = b.now
+  elseif #when == 8 then
+    -- A time passed in: a little-endian double (whole microseconds), converted without strtod.
+    now = sunpack('<d', when)
+    if not exact(now) or now < 0 then error({err = 'ratewell: not a time'}) end
   else
     now = tonum(when)
   end
-  local cost = tonum(args[a + 2])
+  local cost = num(args[a + 2])
   local op = args[a + 3]
   local ttl = args[a + 4]
   local fixed_ttl = nil
-  if ttl ~= '' then fixed_ttl = tonum(ttl) end
+  if ttl ~= '' then fixed_ttl = num(ttl) end
 
   if op == 'refund' then
     for i = 1, layers do
       local alg, p = policy_of(args[a + 3 + 2 * i])
       -- A receipt is 'after|before': the state the charge stored and the one it replaced; a
       -- receipt of part of a charge is 'after' alone (it gives back only that part).
-      local raw_receipt = args[a + 4 + 2 * layers + i]
-      local bar = find(raw_receipt, '|', 1, true)
-      local after_raw, before_raw = raw_receipt, ''
-      if bar then after_raw = sub(raw_receipt, 1, bar - 1); before_raw = sub(raw_receipt, bar + 1) end
+      local after_raw, before_raw, bar = split_receipt(args[a + 4 + 2 * layers + i])
       local receipt = nil
       if after_raw ~= '' then receipt = parse(after_raw) end
       local key = keys[k + i]
@@ -835,12 +895,13 @@ end
 -- fields (1 for a refund, 1 + 6 per layer otherwise), or an error reply and zeros in their place.
 local function batch(keys, args)
   if not call then init() end
-  local n = tonum(args[1])
-  local reqs = {}
+  local n = num(args[1])
+  -- Where each request's keys and arguments start, and how many of each.
+  local rk, rnk, ra, rna = {}, {}, {}, {}
   local ka, aa = 1, 2
   for r = 1, n do
-    local nk, na = tonum(args[aa]), tonum(args[aa + 1])
-    reqs[r] = {ka, nk, aa + 2, na}
+    local nk, na = num(args[aa]), num(args[aa + 1])
+    rk[r], rnk[r], ra[r], rna[r] = ka, nk, aa + 2, na
     ka = ka + nk; aa = aa + 2 + na
   end
   local b = {cache = {}, ms = {}, order = {}, now = nil}
@@ -851,12 +912,20 @@ local function batch(keys, args)
   local want, wanted = {}, {}
   if n > 1 then
     for r = 1, n do
-      local q = reqs[r]
-      for i = 1, q[2] do
-        local key = keys[q[1] + i - 1]
+      local k0, a0 = rk[r] - 1, ra[r]
+      for i = 1, rnk[r] do
+        local key = keys[k0 + i]
         if not wanted[key] then
-          local ok, alg = pcall(policy_of, args[q[3] + 2 + 2 * i])
-          if ok and alg ~= 'log' then wanted[key] = true; want[#want + 1] = key end
+          local text = args[a0 + 2 + 2 * i]
+          local known = POLICIES[text]
+          local alg
+          if known then
+            alg = known[1]
+          else
+            local ok, parsed = pcall(policy_of, text)
+            if ok then alg = parsed end
+          end
+          if alg and alg ~= 'log' then wanted[key] = true; want[#want + 1] = key end
         end
       end
     end
@@ -882,9 +951,8 @@ local function batch(keys, args)
 
   local out = {0}
   for r = 1, n do
-    local q = reqs[r]
     local at = #out
-    local ok, err = pcall(decide_one, b, keys, q[1] - 1, q[2], args, q[3] - 1, out)
+    local ok, err = pcall(decide_one, b, keys, rk[r] - 1, rnk[r], args, ra[r] - 1, out)
     if not ok or err then
       if ok then
         -- An error reply, returned.
@@ -895,8 +963,8 @@ local function batch(keys, args)
       end
       for j = #out, at + 1, -1 do out[j] = nil end
       out[at + 1] = err
-      local len = 1 + 6 * q[2]
-      if args[q[3] + 2] == 'refund' then len = 1 end
+      local len = 1 + 6 * rnk[r]
+      if args[ra[r] + 2] == 'refund' then len = 1 end
       for j = 2, len do out[at + j] = 0 end
     end
   end

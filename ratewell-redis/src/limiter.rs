@@ -220,9 +220,9 @@ impl RedisLimiter {
 
     async fn refund_group(&self, group: &Charged, cost: u32, when: When) -> Result<(), Error> {
         let s = &self.shared;
-        let mut args: Vec<String> = head(when, cost, "refund").into();
+        let mut args: Vec<Vec<u8>> = head(when, cost, "refund").into();
         for &i in &group.layers {
-            args.extend(s.layers[i].args.iter().cloned());
+            args.extend(s.layers[i].args.iter().map(|a| a.as_bytes().to_vec()));
         }
         args.extend(group.states.iter().cloned());
         s.submit(Request { keys: group.keys.clone(), args, fields: 1 }).await?;
@@ -310,10 +310,10 @@ impl RedisLimiter {
         let s = &self.shared;
         let redis_keys: Vec<String> =
             group.iter().map(|&i| s.keys_for(i, keys[i].unwrap_or_default())).collect();
-        let mut args: Vec<String> =
+        let mut args: Vec<Vec<u8>> =
             head(when, cost, if op == Op::Take { "take" } else { "peek" }).into();
         for &i in group {
-            args.extend(s.layers[i].args.iter().cloned());
+            args.extend(s.layers[i].args.iter().map(|a| a.as_bytes().to_vec()));
         }
         let fields = 1 + 6 * group.len();
         let reply = s.submit(Request { keys: redis_keys.clone(), args, fields }).await?;
@@ -375,12 +375,13 @@ fn trace_us(now: Nanos) -> Result<u64, Error> {
     Ok(ns / 1_000)
 }
 
-/// The script's first four arguments: the time (empty: the server's), the cost, the operation
-/// and the fixed TTL (empty: each key's reset time).
-fn head(when: When, cost: u32, op: &'static str) -> [String; 4] {
+/// The script's first four arguments: the time (empty: the server's; else the microseconds as a
+/// little-endian double, exact below 2^52, which the script reads without a decimal conversion),
+/// the cost, the operation and the fixed TTL (empty: each key's reset time).
+fn head(when: When, cost: u32, op: &'static str) -> [Vec<u8>; 4] {
     let (now, ttl) = match when {
-        When::Server => (String::new(), String::new()),
-        When::At(us) => (us.to_string(), TRACE_TTL_MS.to_string()),
+        When::Server => (Vec::new(), Vec::new()),
+        When::At(us) => ((us as f64).to_le_bytes().to_vec(), TRACE_TTL_MS.to_string().into_bytes()),
     };
-    [now, cost.to_string(), op.to_string(), ttl]
+    [now, cost.to_string().into_bytes(), op.as_bytes().to_vec(), ttl]
 }

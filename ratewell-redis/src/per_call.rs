@@ -133,10 +133,10 @@ impl PerCallLimiter {
                 ));
             }
         }
-        let mut args: Vec<String> = vec![String::new(), "1".into(), "take".into(), String::new()];
+        let mut args: Vec<Vec<u8>> = vec![Vec::new(), b"1".to_vec(), b"take".to_vec(), Vec::new()];
         for item in items {
-            args.extend(item.policy.args.iter().cloned());
-            args.push(format!("{}:{}", item.mode.flag(), item.cost.max(1)));
+            args.extend(item.policy.args.iter().map(|a| a.as_bytes().to_vec()));
+            args.push(format!("{}:{}", item.mode.flag(), item.cost.max(1)).into_bytes());
         }
         let fields = 1 + 6 * items.len();
         let reply = s.submit(Request { keys, args, fields }).await?;

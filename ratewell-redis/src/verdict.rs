@@ -87,11 +87,7 @@ impl Receipt {
             .groups
             .iter()
             .map(|g| Charged {
-                states: g
-                    .states
-                    .iter()
-                    .map(|s| s.split('|').next().unwrap_or_default().to_string())
-                    .collect(),
+                states: g.states.iter().map(|s| stored_part(s).to_vec()).collect(),
                 ..g.clone()
             })
             .collect();
@@ -104,7 +100,9 @@ impl Receipt {
 pub(crate) struct Charged {
     pub(crate) layers: Vec<usize>,
     pub(crate) keys: Vec<String>,
-    pub(crate) states: Vec<String>,
+    /// Per layer, the receipt the script returned: the state stored, `|`, the state replaced
+    /// (opaque bytes: `decide.lua` writes a state as a count byte and that many doubles).
+    pub(crate) states: Vec<Vec<u8>>,
 }
 
 /// `(now_us, admitted, per item [outcome, remaining, reset, wait, replenish])` of a per-call
@@ -131,7 +129,7 @@ pub(crate) fn parse_call_reply(
 pub(crate) fn parse_reply(
     reply: Value,
     layers: usize,
-) -> Result<(bool, Vec<[i64; 5]>, Vec<String>), Error> {
+) -> Result<(bool, Vec<[i64; 5]>, Vec<Vec<u8>>), Error> {
     let bad = |what: &str| Error::BadReply(format!("{what} in the script's reply"));
     let Value::Array(items) = reply else { return Err(bad("not an array")) };
     if items.len() != 2 + 6 * layers {
@@ -157,14 +155,22 @@ pub(crate) fn parse_reply(
             return Err(bad("an unknown outcome"));
         }
         states.push(match &items[at + 5] {
-            Value::BulkString(b) => {
-                String::from_utf8(b.clone()).map_err(|_| bad("a state that is not text"))?
-            }
-            Value::SimpleString(s) => s.clone(),
-            Value::Nil => String::new(),
+            Value::BulkString(b) => b.clone(),
+            Value::SimpleString(s) => s.clone().into_bytes(),
+            Value::Nil => Vec::new(),
             _ => return Err(bad("a state that is not a string")),
         });
         fields.push(f);
     }
     Ok((admitted, fields, states))
+}
+
+/// The part of a receipt that is the state the charge stored (what a refund of part of the
+/// charge keeps): a binary state's own length (a count byte and that many 8-byte doubles), or a
+/// text state up to its `|`.
+pub(crate) fn stored_part(receipt: &[u8]) -> &[u8] {
+    match receipt.first() {
+        Some(&k @ 1..=3) => &receipt[..receipt.len().min(1 + 8 * usize::from(k))],
+        _ => receipt.split(|&b| b == b'|').next().unwrap_or_default(),
+    }
 }
