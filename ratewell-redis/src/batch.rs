@@ -4,6 +4,8 @@
 //! returns (at most [`Builder::batch`](crate::Builder::batch), 64 unless set). No timer: a lone task's decision is never delayed, and under load a call carries
 //! what queued during the previous one's round trip.
 //!
+//! A request joins the queue when its future is first polled: decisions started in order (one
+//! task awaiting each in turn, or futures first polled in order) are decided in that order.
 //! The server decides a call's requests in queue order, each as its own call would be decided
 //! (`decide.lua`, `batch`), so batching changes how many round trips the decisions take, never
 //! what they are. Every request keeps its own deadline, counted from when it was submitted: a

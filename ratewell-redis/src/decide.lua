@@ -21,8 +21,10 @@
 --   checked first (built only when B' d <= 2^51).
 -- * Windows and fill intervals are whole microseconds; a window index is an absolute time
 --   divided by the window. The sliding-window counter's products prev * (W - r) and
---   (a + 1) * W are at most (N + 1) * W_us <= 2^52 (checked); the nanosecond span
---   ((a+1) W_ns - 1) / p is computed as 1000 q + ((1000 s - 1) / p) from q, s = divmod((a+1) W_us, p).
+--   (a + 1) * W are up to (N + 1) * W_us < 2^33 * 2^43: `muldiv` divides them exactly (in
+--   base-256 digits when they exceed 2^52), and their quotients are at most max(N + 1, W_us);
+--   the nanosecond span ((a+1) W_ns - 1) / p is computed as 1000 q + ((1000 s - 1) / p) from
+--   q, s = muldiv(a + 1, W_us, p), at most W_ns <= 2^52 (checked).
 -- * compat=nginx: milli-requests; the rate (milli-requests per second) is at most 2^40 and the
 --   burst at most 2^30. A gap since `last` is clamped first to `full_ms`, the time any excess
 --   takes to leak, so rate * ms <= (burst + 1) * 10^6 + 2 rate < 2^53.
@@ -83,6 +85,35 @@ local function ceildiv(a, b)
   local q, r = divmod(a, b)
   if r > 0 then q = q + 1 end
   return q
+end
+
+-- floor(x * y / z) and the remainder, exactly, for integers 0 <= x, y < 2^48 and 0 < z <= 2^45
+-- whose quotient is below 2^53. A product up to 2^52 is exact as a double and divided at once;
+-- a larger one is multiplied out in base-256 digits and divided digit by digit (each partial
+-- remainder times 256 stays below 2^53).
+local function muldiv(x, y, z)
+  local prod = x * y
+  if prod <= 4503599627370496 then return divmod(prod, z) end
+  local xs, ys, d = {}, {}, {}
+  local v = x
+  while v > 0 do local q, r = divmod(v, 256); xs[#xs + 1] = r; v = q end
+  v = y
+  while v > 0 do local q, r = divmod(v, 256); ys[#ys + 1] = r; v = q end
+  for k = 1, #xs + #ys do d[k] = 0 end
+  for i = 1, #xs do
+    for j = 1, #ys do d[i + j - 1] = d[i + j - 1] + xs[i] * ys[j] end
+  end
+  for k = 1, #d - 1 do
+    local c, r = divmod(d[k], 256)
+    d[k] = r; d[k + 1] = d[k + 1] + c
+  end
+  local q, r = 0, 0
+  for k = #d, 1, -1 do
+    local qd
+    qd, r = divmod(r * 256 + d[k], z)
+    q = q * 256 + qd
+  end
+  return q, r
 end
 
 local function fmt(a, b, c)
@@ -498,15 +529,16 @@ local function make_sliding()
   end
 
   local function sl_estimate(p, at)
-    return divmod(at[1] * (p[2] - at[4]), p[2]) + at[2]
+    return muldiv(at[1], p[2] - at[4], p[2]) + at[2]
   end
 
   -- W_ns - floor(((a+1) W_ns - 1) / q), at least 0 (ns).
   local function sl_first_r(p, q, a)
     if q == 0 then return 0 end
     local W = p[2]
-    local X = (a + 1) * W
-    local qq, s = divmod(X, q)
+    -- (a + 1) > q with W >= q makes the quotient above W: nothing to compute.
+    if a + 1 > q and W >= q then return 0 end
+    local qq, s = muldiv(a + 1, W, q)
     if qq > W then return 0 end
     local tail
     if s == 0 then tail = -1 else tail = divmod(1000 * s - 1, q) end

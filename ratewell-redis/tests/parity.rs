@@ -30,6 +30,10 @@ const POLICIES: &[&str] = &[
     "sliding-window limit=5 window=1s",
     "sliding-window limit=100 window=1500ms",
     "sliding-window limit=7 window=3s",
+    // Counts times the window beyond 2^52: divided in base-256 digits by the script.
+    "sliding-window limit=100000 window=1d",
+    "sliding-window limit=3000000 window=7d",
+    "sliding-window limit=16777215 window=52d",
     "sliding-log limit=5 window=1s",
     "sliding-log limit=3 window=250ms",
 ];
