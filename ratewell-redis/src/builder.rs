@@ -167,6 +167,10 @@ impl Builder {
             wake: Arc::new(Notify::new()),
             counters: Counters::default(),
             cluster,
+            nodes: match &target {
+                Target::Cluster(nodes) => nodes.clone(),
+                Target::Single(_) => Vec::new(),
+            },
             batchers: Batchers::new(cluster),
             max_batch: self.batch,
         });

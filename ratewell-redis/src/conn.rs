@@ -129,6 +129,8 @@ pub(crate) struct Shared {
     pub(crate) wake: Arc<Notify>,
     pub(crate) counters: Counters,
     pub(crate) cluster: bool,
+    /// A cluster's node URLs as given (empty on one node): where `delete_keys` starts.
+    pub(crate) nodes: Vec<String>,
     pub(crate) batchers: Batchers,
     /// The most requests one call carries.
     pub(crate) max_batch: usize,

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ratewell::{Absent, Decision, LayerKey, LayeredDecision, Nanos, Outcome, Policy};
-use redis::Cmd;
+use redis::aio::ConnectionLike;
 
 use crate::batch::Request;
 use crate::builder::{Builder, Failover};
-use crate::conn::{Shared, Target};
+use crate::conn::{Conn, Shared, Target};
 use crate::error::Error;
 use crate::keys::slot;
 use crate::metrics::{Metrics, bump};
@@ -156,13 +156,10 @@ impl RedisLimiter {
         self.refund_when(receipt, When::At(trace_us(now)?)).await
     }
 
-    /// Delete every key under this limiter's prefix (`SCAN` and `UNLINK`; one node only): what
-    /// a replay does when it ends. Returns how many keys were deleted.
+    /// Delete every key under this limiter's prefix (`SCAN` and `UNLINK`, on every primary of a
+    /// cluster): what a replay does when it ends. Returns how many keys were deleted.
     pub async fn delete_keys(&self) -> Result<u64, Error> {
         let s = &self.shared;
-        if s.cluster {
-            return Err(Error::Layers("delete_keys scans one node, not a cluster".into()));
-        }
         let mut pattern = String::with_capacity(s.prefix.len() + 1);
         for ch in s.prefix.chars() {
             if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
@@ -172,31 +169,38 @@ impl RedisLimiter {
         }
         pattern.push('*');
         let wait = s.timeout.max(Duration::from_secs(1));
-        let query = |cmd: Cmd| async move {
-            match tokio::time::timeout(wait, s.conn.query(&cmd)).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => Err(Error::BadReply(e.to_string())),
-                Err(_) => Err(Error::Timeout),
+        match &s.conn {
+            Conn::Single(c) => scan_and_unlink(&mut c.clone(), &pattern, wait, false).await,
+            Conn::Cluster(_) => {
+                let nodes = redis::cmd("CLUSTER").arg("NODES").clone();
+                let reply = timed(wait, s.conn.query(&nodes)).await?;
+                let text: String =
+                    redis::from_redis_value(reply).map_err(|e| Error::BadReply(e.to_string()))?;
+                let seed = s.nodes.first().ok_or_else(|| Error::Url("no cluster node".into()))?;
+                let seed =
+                    redis::Client::open(seed.as_str()).map_err(|e| Error::Url(e.to_string()))?;
+                let mut deleted = 0;
+                for (host, port) in primaries(&text) {
+                    let info = seed.get_connection_info().clone();
+                    let addr = match info.addr() {
+                        redis::ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+                            redis::ConnectionAddr::TcpTls {
+                                host,
+                                port,
+                                insecure: *insecure,
+                                tls_params: tls_params.clone(),
+                            }
+                        }
+                        _ => redis::ConnectionAddr::Tcp(host, port),
+                    };
+                    let client = redis::Client::open(info.set_addr(addr))
+                        .map_err(|e| Error::Url(e.to_string()))?;
+                    let mut conn = timed(wait, client.get_multiplexed_async_connection()).await?;
+                    // A node's keys span its slots: one key per UNLINK (no CROSSSLOT).
+                    deleted += scan_and_unlink(&mut conn, &pattern, wait, true).await?;
+                }
+                Ok(deleted)
             }
-        };
-        let (mut cursor, mut deleted) = (0u64, 0u64);
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000);
-            let reply = query(scan).await?;
-            let (next, keys): (u64, Vec<String>) =
-                redis::from_redis_value(reply).map_err(|e| Error::BadReply(e.to_string()))?;
-            if !keys.is_empty() {
-                let mut unlink = redis::cmd("UNLINK");
-                unlink.arg(&keys);
-                let n: u64 = redis::from_redis_value(query(unlink).await?)
-                    .map_err(|e| Error::BadReply(e.to_string()))?;
-                deleted += n;
-            }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
         }
     }
 
@@ -384,4 +388,68 @@ fn head(when: When, cost: u32, op: &'static str) -> [Vec<u8>; 4] {
         When::At(us) => ((us as f64).to_le_bytes().to_vec(), TRACE_TTL_MS.to_string().into_bytes()),
     };
     [now, cost.to_string().into_bytes(), op.as_bytes().to_vec(), ttl]
+}
+
+/// A call, by `wait`: a timeout and an error reply are errors.
+async fn timed<T>(
+    wait: Duration,
+    call: impl std::future::Future<Output = Result<T, redis::RedisError>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(wait, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::BadReply(e.to_string())),
+        Err(_) => Err(Error::Timeout),
+    }
+}
+
+/// `SCAN` one node for `pattern` and `UNLINK` what it finds (one key per command if
+/// `one_by_one`: a cluster node refuses keys of different slots in one command).
+async fn scan_and_unlink(
+    conn: &mut impl ConnectionLike,
+    pattern: &str,
+    wait: Duration,
+    one_by_one: bool,
+) -> Result<u64, Error> {
+    let (mut cursor, mut deleted) = (0u64, 0u64);
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        let reply = timed(wait, conn.req_packed_command(&scan)).await?;
+        let (next, keys): (u64, Vec<Vec<u8>>) =
+            redis::from_redis_value(reply).map_err(|e| Error::BadReply(e.to_string()))?;
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            if one_by_one {
+                for k in &keys {
+                    pipe.cmd("UNLINK").arg(k);
+                }
+            } else {
+                pipe.cmd("UNLINK").arg(&keys);
+            }
+            let counts: Vec<u64> = timed(wait, pipe.query_async(conn)).await?;
+            deleted += counts.iter().sum::<u64>();
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
+
+/// The primaries in `CLUSTER NODES` output that are not failed: `(host, port)`.
+fn primaries(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let flags = fields.get(2)?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let addr = fields.get(1)?.split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_string(), port.parse().ok()?))
+        })
+        .collect()
 }
