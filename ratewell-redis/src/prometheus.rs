@@ -127,7 +127,13 @@ impl Collector for RedisCollector {
             "Times a probe found the server back.",
             m.reconnects,
         )?;
-        counter(&mut encoder, "ratewell_redis_refunds", "Charges taken back.", m.refunds)
+        counter(&mut encoder, "ratewell_redis_refunds", "Charges taken back.", m.refunds)?;
+        counter(
+            &mut encoder,
+            "ratewell_redis_calls",
+            "Calls of the server's code, each carrying one request or a batch of them.",
+            m.calls,
+        )
     }
 }
 
@@ -147,6 +153,12 @@ impl Collector for LeasesCollector {
             "ratewell_redis_lease_round_trips",
             "Requests decided by a round trip instead of a lease.",
             m.round_trips,
+        )?;
+        counter(
+            &mut encoder,
+            "ratewell_redis_lease_evictions",
+            "Keys gone cold that gave their slot to another.",
+            m.evictions,
         )
     }
 }

@@ -143,3 +143,40 @@ async fn a_lease_gives_back_only_what_it_did_not_spend() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_gone_cold_gives_its_slot_to_a_new_one_and_its_units_back() {
+    let server = Server::start();
+    let policy = "fixed-window limit=1000 window=1h align=first";
+    let max_length = Duration::from_millis(20);
+    // One slot: two keys contend for it.
+    let leases = Leases::new(instance(&server, policy, "cold:").await, 1, 64, max_length);
+    // Leases of 1, 2 and then 4 units: the last holds 3 unspent.
+    for _ in 0..4 {
+        assert!(leases.acquire("a", 1).await);
+    }
+    let a_leases = leases.metrics().leases;
+    assert!(a_leases >= 1);
+    // "a" is in use: "b" is decided by round trip, "a" keeps its slot.
+    assert!(leases.acquire("b", 1).await);
+    let m = leases.metrics();
+    assert_eq!((m.round_trips, m.evictions), (1, 0));
+    // Once a's lease has ended and a further max_length has passed, "a" is cold: "b" takes the
+    // slot, and what a's lease held goes back to the server.
+    tokio::time::sleep(max_length * 3).await;
+    for _ in 0..5 {
+        assert!(leases.acquire("b", 1).await);
+    }
+    let m = leases.metrics();
+    assert_eq!((m.round_trips, m.evictions), (1, 1), "{m:?}");
+    assert!(m.leases > a_leases, "b leased: {m:?}");
+    leases.close().await;
+    let probe = instance(&server, policy, "cold:").await;
+    let remaining = |key: &'static str| {
+        let probe = probe.clone();
+        async move { probe.peek_layers(&[Some(key)], 1).await.unwrap().decision().remaining() }
+    };
+    assert_eq!(m.returned_units, 3, "{m:?}");
+    assert_eq!(remaining("a").await, 1000 - 4, "a's unspent units were given back");
+    assert_eq!(remaining("b").await, 1000 - 6);
+}
