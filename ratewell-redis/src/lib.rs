@@ -1,7 +1,7 @@
 //! ratewell's policies decided in a Redis (or Valkey) server that every instance of a service
-//! shares: the same decisions as the in-process engine, in one atomic script per decision on the
-//! server's clock, with the failure mode chosen on purpose, and leases that keep a hot key's
-//! decisions in process.
+//! shares: the same decisions as the in-process engine, made atomically in the server on its
+//! clock, with the failure mode chosen on purpose, and leases that keep a hot key's decisions in
+//! process.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -24,7 +24,10 @@
 //! # What the server computes
 //!
 //! `src/decide.lua` decides every algorithm of `docs/SEMANTICS.md` (and a layered request whose
-//! keys share a hash slot) atomically. Its numbers are doubles, exact to 2^53: the script's header
+//! keys share a hash slot) atomically: loaded as a function library and called with `FCALL`, or
+//! as a script called with `EVALSHA` where the server has no `FUNCTION`. Decisions that arrive
+//! while a call is in flight go together as the next call ([`Builder::batch`]), each decided as
+//! a call of its own would be. Its numbers are doubles, exact to 2^53: the script's header
 //! gives the argument, and a policy outside that domain (or with a window or fill interval that
 //! is not a whole number of microseconds, the backend's resolution) is refused when the limiter is
 //! built ([`DomainError`]). On times that are whole microseconds its decisions equal the engine's

@@ -23,7 +23,7 @@ pub enum FailoverReason {
 pub enum Source {
     /// The server's script: the shared, exact decision.
     Server,
-    /// The configured [`Failover`], for this reason.
+    /// The configured [`Failover`](crate::Failover), for this reason.
     Failover(FailoverReason),
 }
 
@@ -56,14 +56,14 @@ impl Verdict {
         self.source
     }
 
-    /// What [`RedisLimiter::refund`] needs to take an admitted charge back (`None` for a
+    /// What [`RedisLimiter::refund`](crate::RedisLimiter::refund) needs to take an admitted charge back (`None` for a
     /// rejection, a peek, or a failover decision).
     pub fn receipt(&self) -> Option<&Receipt> {
         self.receipt.as_ref()
     }
 }
 
-/// An admitted charge on the server, to take back with [`RedisLimiter::refund`].
+/// An admitted charge on the server, to take back with [`RedisLimiter::refund`](crate::RedisLimiter::refund).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
     pub(crate) cost: u32,
