@@ -58,24 +58,43 @@ pub trait Clock {
 ///
 /// A plain `std` atomic, not modelled by loom: it publishes nothing but its own value (`Relaxed`),
 /// and `fetch_max` alone makes it the maximum of every reading stored.
+///
+/// The limiter's time is that reading plus an *offset*, 0 unless a snapshot was restored
+/// (`src/snapshot.rs`): the offset puts the clock's readings on the snapshot's time line, so the
+/// restored states keep their meaning without rewriting any of them.
 #[derive(Debug, Default)]
-pub(crate) struct Floor(std::sync::atomic::AtomicU64);
+pub(crate) struct Floor {
+    max: std::sync::atomic::AtomicU64,
+    offset: u64,
+}
 
 impl Floor {
-    /// The time to decide at: the clock's reading, or the latest one acted on if that is later.
+    /// The time to decide at: the clock's reading, or the latest one acted on if that is later,
+    /// plus the offset.
     #[inline]
     pub(crate) fn now<C: Clock>(&self, clock: &C) -> u64 {
+        self.reading(clock).wrapping_add(self.offset)
+    }
+
+    /// The clock's reading, or the latest one acted on if that is later (no offset).
+    #[inline]
+    pub(crate) fn reading<C: Clock>(&self, clock: &C) -> u64 {
         let now = clock.now();
         if C::MONOTONIC {
             return now;
         }
-        let floor = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let floor = self.max.load(std::sync::atomic::Ordering::Relaxed);
         if now > floor { self.raise(now) } else { floor }
+    }
+
+    /// Decide from now on at `reading + offset`.
+    pub(crate) fn set_offset(&mut self, offset: u64) {
+        self.offset = offset;
     }
 
     #[inline]
     fn raise(&self, now: u64) -> u64 {
-        self.0.fetch_max(now, std::sync::atomic::Ordering::Relaxed).max(now)
+        self.max.fetch_max(now, std::sync::atomic::Ordering::Relaxed).max(now)
     }
 }
 

@@ -97,6 +97,7 @@ mod layered;
 mod limiter;
 mod mem;
 mod policy;
+mod snapshot;
 mod state;
 mod sync;
 mod word;
@@ -112,4 +113,5 @@ pub use layered::{
 };
 pub use limiter::Limiter;
 pub use policy::{Parameters, Policy, PolicyError};
+pub use snapshot::{Restored, Resume, SnapshotError, SnapshotInfo};
 pub use word::{Nanos, State, WordPolicy};

@@ -253,8 +253,12 @@ impl Algorithm {
 /// The state under `to` of a key whose state under `from` is `word` at `now`: what the key
 /// consumed under `from` (its limit less what remains, in whole units: rounded against the key)
 /// taken from a fresh state of `to` at `now`, at most `to`'s limit. A key that consumed nothing
-/// is fresh. Time phases (a window, a fill schedule) restart at `now`.
+/// is fresh. Time phases (a window, a fill schedule) restart at `now`. Between equal policies
+/// the state is kept as it is.
 pub(crate) fn convert(from: &Algorithm, to: &Algorithm, word: u64, now: u64) -> u64 {
+    if from == to {
+        return word;
+    }
     let state = from.probe(word, now);
     let consumed = state.limit().saturating_sub(state.remaining());
     if consumed == 0 {

@@ -48,6 +48,29 @@ struct Admit {
 }
 
 impl Log {
+    /// The entries, oldest first: `(time, cost)`.
+    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// A log of `entries` (oldest first), if it is one that `policy` could have written: times
+    /// strictly increasing, costs at least 1, at most `limit` in all, every entry within the
+    /// window of the newest. `None` otherwise (a corrupted snapshot).
+    pub(crate) fn from_entries(policy: &SlidingLog, entries: Vec<(u64, u64)>) -> Option<Log> {
+        let newest = entries.last().map_or(0, |&(t, _)| t);
+        let mut total = 0u64;
+        let mut last = None;
+        for &(t, cost) in &entries {
+            if cost == 0 || last.is_some_and(|l| l >= t) || t.saturating_add(policy.window) < newest
+            {
+                return None;
+            }
+            total = total.checked_add(cost)?;
+            last = Some(t);
+        }
+        (total <= policy.limit).then(|| Log { entries: entries.into(), total })
+    }
+
     /// Bytes of the entry buffer (16 an entry of its capacity).
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<(u64, u64)>()

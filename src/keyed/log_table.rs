@@ -215,6 +215,40 @@ impl LogShard {
     }
 }
 
+impl LogTable {
+    /// Every key's `(hash, policy slot, log)`, shard by shard under its lock, each shard's keys
+    /// from the least recently admitted.
+    pub(crate) fn snapshot(&self, mut each: impl FnMut(u64, u8, &Log)) {
+        for shard in self.shards.iter() {
+            let shard = lock(&**shard);
+            let mut i = shard.head;
+            while i != NIL {
+                let node = &shard.nodes[i as usize];
+                each(node.hash, node.idx, &node.log);
+                i = node.next;
+            }
+        }
+    }
+
+    /// Store the key hashed `hash` with its log under slot `idx`, behind the keys stored before
+    /// it (restore them from the least recently admitted): `false` if its shard is full or the
+    /// key is there already. With exclusive access: restoring fills a table no decision uses yet.
+    pub(crate) fn put(&mut self, hash: u64, idx: u8, log: Log) -> bool {
+        let room = self.per_shard;
+        let mut shard = lock(&*self.shards[(hash as usize) & (self.shards.len() - 1)]);
+        if shard.len() >= room || shard.index.contains_key(&hash) {
+            return false;
+        }
+        shard.insert(hash, idx, log, room);
+        true
+    }
+
+    /// The table's shape as a snapshot names it: shards and keys per shard.
+    pub(crate) fn shape(&self) -> (u64, u64) {
+        (self.shards.len() as u64, self.per_shard as u64)
+    }
+}
+
 fn log_bytes(log: &Log) -> u64 {
     log.allocated_bytes() as u64
 }

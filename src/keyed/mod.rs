@@ -72,6 +72,8 @@ pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
     registry: Registry,
     backend: Backend,
     hasher: ahash::RandomState,
+    /// The seeds of `hasher`, which a snapshot records.
+    seeds: [u64; 4],
     clock: C,
     /// The latest reading acted on (see [`Clock::MONOTONIC`]).
     floor: CachePadded<Floor>,
@@ -114,6 +116,8 @@ macro_rules! with_store {
         }
     };
 }
+
+mod snapshot;
 
 /// What a keyed limiter needs of its key storage. Keys are known by their 64-bit hash; the
 /// policies by the registry's slots ([`Policies`]). Every method but `decide` and `peek` is an
@@ -337,9 +341,14 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     ) -> Result<Self, CapacityError> {
         // Model checking and fuzzing replay executions: their hashes must not vary between runs.
         #[cfg(any(ratewell_loom, fuzzing))]
-        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        let seeds = [1, 2, 3, 4];
+        // Drawn per process, and kept: a snapshot records them.
         #[cfg(not(any(ratewell_loom, fuzzing)))]
-        let hasher = ahash::RandomState::new();
+        let seeds = {
+            let random = ahash::RandomState::new();
+            [1u64, 2, 3, 4].map(|i| random.hash_one(i))
+        };
+        let hasher = snapshot::hasher_of(seeds);
         let secret = hasher.hash_one(0x5eed_u64);
         let backend = match policy.algorithm {
             Algorithm::Log(_) => Backend::Logs(LogTable::new(capacity)?),
@@ -349,6 +358,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             registry: Registry::new(policy),
             backend,
             hasher,
+            seeds,
             clock,
             floor: CachePadded::new(Floor::default()),
             counts: Counts::new(),
@@ -380,12 +390,13 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// ```
     pub fn seeded(mut self, seed: u64) -> Self {
         // Four words from one (the constants are the digits of pi, as in `table.rs`).
-        self.hasher = ahash::RandomState::with_seeds(
+        self.seeds = [
             seed,
             seed ^ 0x243f_6a88_85a3_08d3,
             seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344,
             seed.rotate_left(16) ^ 0xa409_3822_299f_31d0,
-        );
+        ];
+        self.hasher = snapshot::hasher_of(self.seeds);
         let secret = self.hasher.hash_one(0x5eed_u64);
         with_store!(mut self, store => store.reseed(secret));
         self.registry.clear_overrides();

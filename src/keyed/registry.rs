@@ -183,6 +183,27 @@ enum Role {
     /// Registered for decisions that name it (`KeyedLimiter::register`), held while any
     /// registration is.
     Pinned,
+    /// Holds the keys of a restored snapshot whose policy no live slot has: retired from the
+    /// start (each key is converted when next decided) and never revived.
+    Restored,
+}
+
+/// A slot's role, as a snapshot records it (`src/snapshot.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotRole {
+    Default = 0,
+    Override = 1,
+    Pinned = 2,
+    /// Retired: its keys are converted to their current policy when next decided.
+    Retired = 3,
+}
+
+impl SlotRole {
+    pub(crate) fn from_byte(b: u8) -> Option<Self> {
+        [SlotRole::Default, SlotRole::Override, SlotRole::Pinned, SlotRole::Retired]
+            .into_iter()
+            .find(|r| *r as u8 == b)
+    }
 }
 
 struct Admin {
@@ -416,6 +437,96 @@ impl Registry {
     /// This registry's identity: the address of its slots, fixed for its life.
     pub(crate) fn id(&self) -> usize {
         std::ptr::from_ref::<[AtomicU32; 256]>(&self.slots) as usize
+    }
+
+    /// Whether any key has an override.
+    pub(crate) fn has_overrides(&self) -> bool {
+        self.has_overrides.load(Ordering::Acquire)
+    }
+
+    /// Every assigned slot, live or retired, with its role and policy: what a snapshot records.
+    pub(crate) fn slots_in_use(&self) -> Vec<(u8, SlotRole, Policy)> {
+        let admin = self.admin();
+        let default = self.default.load(Ordering::Acquire);
+        (0..MAX_POLICIES)
+            .filter_map(|i| {
+                let word = self.slots[i].load(Ordering::Acquire);
+                if word == FREE {
+                    return None;
+                }
+                let role = if word & RETIRED != 0 {
+                    SlotRole::Retired
+                } else if i == usize::from(default) {
+                    SlotRole::Default
+                } else if admin.roles[i] == Some(Role::Pinned) {
+                    SlotRole::Pinned
+                } else {
+                    SlotRole::Override
+                };
+                Some((i as u8, role, self.policy(i as u8).clone()))
+            })
+            .collect()
+    }
+
+    /// Restoring a snapshot into an empty table (no key is stored under any slot): the slot
+    /// each of the snapshot's slots' keys are stored under, by the snapshot's index (`None`:
+    /// no slot is left for its policy, and its keys start fresh).
+    ///
+    /// A pinned slot's keys go to a live pinned slot of the same policy; any slot's keys go to
+    /// the default's slot if the default is that policy; the rest to a slot of their policy
+    /// retired from the start ([`Role::Restored`]), so that each key is converted to its policy
+    /// when it is next decided (by [`crate::algorithms::convert`], which keeps a state whose
+    /// policy is unchanged as it is). The retired slots of this registry hold no key, so they
+    /// are freed first. Must not be called while the limiter has overrides (they name keys by
+    /// the fingerprints of the hash the restore replaces).
+    pub(crate) fn adopt(&self, slots: &[(u8, SlotRole, Policy)]) -> Vec<Option<u8>> {
+        let mut admin = self.admin();
+        for i in 0..MAX_POLICIES {
+            if self.slots[i].load(Ordering::Acquire) & RETIRED != 0 {
+                self.slots[i].store(FREE, Ordering::Release);
+                admin.roles[i] = None;
+            }
+        }
+        let default = self.default.load(Ordering::Acquire);
+        let mut map = vec![None; 256];
+        for (idx, role, policy) in slots {
+            if is_log(policy) != admin.log_kind {
+                continue;
+            }
+            let live = |i: usize| {
+                let word = self.slots[i].load(Ordering::Acquire);
+                word != FREE && word & RETIRED == 0 && self.policy(i as u8) == policy
+            };
+            let pinned = (*role == SlotRole::Pinned)
+                .then(|| {
+                    (0..MAX_POLICIES).find(|&i| admin.roles[i] == Some(Role::Pinned) && live(i))
+                })
+                .flatten();
+            let target = match pinned {
+                Some(i) => Some(i as u8),
+                None if live(usize::from(default)) => Some(default),
+                None => self.adopt_retired(&mut admin, policy),
+            };
+            map[usize::from(*idx)] = target;
+        }
+        map
+    }
+
+    /// A slot retired from the start holding `policy`: one taken by an earlier call of this
+    /// restore, or a free one.
+    fn adopt_retired(&self, admin: &mut Admin, policy: &Policy) -> Option<u8> {
+        let pos = self.position(admin, policy)?;
+        let taken = (0..MAX_POLICIES).find(|&i| {
+            admin.roles[i] == Some(Role::Restored)
+                && self.slots[i].load(Ordering::Acquire) == pos | RETIRED
+        });
+        if let Some(i) = taken {
+            return Some(i as u8);
+        }
+        let free = (0..MAX_POLICIES).find(|&i| self.slots[i].load(Ordering::Acquire) == FREE)?;
+        self.slots[free].store(pos | RETIRED, Ordering::Release);
+        admin.roles[free] = Some(Role::Restored);
+        Some(free as u8)
     }
 
     /// Slots assigned now (live or retired).
