@@ -481,5 +481,46 @@ fn layered(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, baseline, direct, keyed, contention, flood, layered);
+/// Decisions on a table of 1M keys, alone and while another thread writes snapshots of it
+/// back to back (each shard's insert lock held while it is read; decisions on present keys take
+/// no lock).
+fn snapshot(c: &mut Criterion) {
+    let mut g = c.benchmark_group("snapshot");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+    let n = 1_000_000u64;
+    let limiter = Arc::new(KeyedLimiter::<u64>::new(
+        &policy("token-bucket capacity=1000000000 rate=1/s"),
+        4 * n as usize,
+    ));
+    for k in 0..n {
+        limiter.check(&k);
+    }
+    let mut keys = Keys { x: 1, n };
+    g.bench_function("check_1M", |b| b.iter(|| black_box(limiter.check(&keys.next()))));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let snapshots = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (limiter, stop, snapshots) = (limiter.clone(), stop.clone(), snapshots.clone());
+        thread::spawn(move || {
+            let mut bytes = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                bytes.clear();
+                limiter.snapshot(&mut bytes).expect("a snapshot into memory");
+                snapshots.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    g.bench_function("check_1M_during_snapshots", |b| {
+        b.iter(|| black_box(limiter.check(&keys.next())))
+    });
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("the snapshot thread");
+    eprintln!(
+        "snapshot: {} snapshots of 1M keys written during the run",
+        snapshots.load(Ordering::Relaxed)
+    );
+    g.finish();
+}
+
+criterion_group!(benches, baseline, direct, keyed, contention, flood, layered, snapshot);
 criterion_main!(benches);
