@@ -17,6 +17,7 @@
 //! | `no_refund`     | a layered rejection keeps the earlier layers' charges | `layered_*` |
 //! | `move_unfrozen` | a key moved between its buckets is copied without taking its state out of the old slot | `move_racing_decision` |
 //! | `unsettled_miss`| a lookup that finds its key in neither bucket does not wait for the shard lock | `move_racing_lookup` |
+//! | `snapshot_unlocked` | a snapshot reads a shard without its insert lock | `snapshot_racing_move` |
 #![cfg(ratewell_loom)]
 
 use loom::sync::Arc;
@@ -401,6 +402,63 @@ fn move_racing_decision() {
         assert_eq!((m.keys, m.moves, m.evictions), (9, 1, 0));
         assert_eq!(limiter.buckets_of(k.as_str()), Some((0, 1)));
         assert_eq!(limiter.peek_n(&k, 1).remaining(), 0, "K's second request was lost");
+    });
+}
+
+/// A snapshot's bytes restored into a new limiter of `capacity` keys (the same shape).
+fn restored(bytes: &[u8], capacity: usize) -> KeyedLimiter<str, ManualClock> {
+    let mut limiter = KeyedLimiter::with_clock(
+        &policy("fixed-window limit=2 window=1s"),
+        capacity,
+        ManualClock::new(0),
+    );
+    limiter.restore_with(bytes, ratewell::Resume::SameClock).expect("a whole snapshot");
+    limiter
+}
+
+#[test]
+fn snapshot_racing_decision() {
+    // A snapshot reads K while a decision takes K's second unit: the snapshot holds K's state
+    // before the decision or after it, never anything else, and the decision is not lost.
+    // (The snapshot runs on the spawned thread: loom explores a read racing the main thread's
+    // writes from there.)
+    model(|| {
+        let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
+        assert!(limiter.check("K").is_admitted());
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || {
+            let mut bytes = Vec::new();
+            l.snapshot(&mut bytes).unwrap();
+            bytes
+        });
+        assert!(limiter.check("K").is_admitted());
+        let bytes = other.join().unwrap();
+        assert_eq!(limiter.peek_n("K", 1).remaining(), 0, "the decision was lost");
+        let left = restored(&bytes, 8).peek_n("K", 1).remaining();
+        assert!(left == 1 || left == 0, "a state K never had: {left} left");
+    });
+}
+
+#[test]
+#[cfg_attr(ratewell_broken = "snapshot_unlocked", should_panic)]
+fn snapshot_racing_move() {
+    // A snapshot reads the table while K is moved to its other bucket: K is in the snapshot
+    // once, with its state (one of two left), never missing (fresh) or twice.
+    model(|| {
+        let (limiter, new) = move_needed();
+        let k = moved();
+        let l = Arc::clone(&limiter);
+        let other = thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let info = l.snapshot(&mut bytes).unwrap();
+            (bytes, info.keys)
+        });
+        assert!(limiter.check(&new).is_admitted());
+        let (bytes, keys) = other.join().unwrap();
+        assert!(keys == 8 || keys == 9, "{keys} keys");
+        let copy = restored(&bytes, 16);
+        assert_eq!(copy.metrics().keys, keys);
+        assert_eq!(copy.peek_n(&k, 1).remaining(), 1, "K was lost");
     });
 }
 

@@ -320,6 +320,12 @@ pub(crate) fn move_key(from: &Slot, to: &Slot) {
     from.key.store(EMPTY, Ordering::Release);
 }
 
+/// What a snapshot holds while it reads a shard: its insert lock, which every move holds, so no
+/// key is caught between its buckets.
+pub(crate) fn snapshot_guard(lock: &Mutex<()>) -> Option<crate::sync::MutexGuard<'_, ()>> {
+    Some(crate::sync::lock(lock))
+}
+
 /// Step 2 of [`move_key`]: take the state out of a slot being vacated.
 pub(crate) fn take_state(state: &AtomicU64) -> u64 {
     state.swap(0, Ordering::AcqRel)
@@ -329,11 +335,13 @@ pub(crate) fn take_state(state: &AtomicU64) -> u64 {
 // ones of those names (`broken.rs`), for the loom models to catch.
 #[cfg(not(ratewell_broken_protocol))]
 use self::{
-    confirm_miss as settle_miss, mask_of as key_mask, present as rescan, take_state as freeze,
+    confirm_miss as settle_miss, mask_of as key_mask, present as rescan,
+    snapshot_guard as read_guard, take_state as freeze,
 };
 #[cfg(ratewell_broken_protocol)]
 use crate::broken::{
-    confirm_miss as settle_miss, mask_of as key_mask, present as rescan, take_state as freeze,
+    confirm_miss as settle_miss, mask_of as key_mask, present as rescan,
+    snapshot_guard as read_guard, take_state as freeze,
 };
 
 fn key_word(idx: u8, fp: u64) -> u64 {
@@ -717,11 +725,12 @@ impl Table {
     pub(crate) fn snapshot(&self, mut each: impl FnMut(u64, u64, u64)) {
         let bits = self.shard_mask.count_ones();
         for (s, shard) in self.shards.iter().enumerate() {
-            let _guard = lock(&shard.lock);
+            let _guard = read_guard(&shard.lock);
             for w in 0..self.buckets_per_shard as usize {
                 let position = s as u64 * self.buckets_per_shard + w as u64;
                 for slot in &self.buckets[w << bits | s].slots {
-                    // Key words change only under the shard lock: no tombstone is seen here.
+                    // Key words change only under the shard lock: no tombstone is seen here
+                    // (unless the lock was not taken: the broken variant `snapshot_unlocked`).
                     let key = slot.key.load(Ordering::Acquire);
                     if key == EMPTY || key == TOMBSTONE {
                         continue;
