@@ -6,7 +6,7 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use ratewell::{
-    Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Prehashed,
+    Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Prehashed, Resume,
 };
 
 use ratewell_cli::trace::Reader;
@@ -54,6 +54,15 @@ pub(crate) struct Args {
     /// not apply.
     #[arg(long, value_name = "URL")]
     backend: Option<String>,
+    /// Before the first line, restore the limiter's keys from a snapshot written by
+    /// `--save-state` (same policies and `--capacity`). The trace continues on the snapshot's
+    /// clock: a trace split in two and replayed as two runs prints what one run prints.
+    #[arg(long, value_name = "FILE")]
+    load_state: Option<PathBuf>,
+    /// After the last line, write a snapshot of the limiter's keys to FILE (replaced whole, or
+    /// not at all), for `--load-state`.
+    #[arg(long, value_name = "FILE")]
+    save_state: Option<PathBuf>,
     /// The trace; standard input if absent or `-`.
     file: Option<PathBuf>,
 }
@@ -91,8 +100,19 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         (false, Format::Full) => Output::Full { layered },
     };
     let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
+    let state = args.load_state.is_some() || args.save_state.is_some();
     if let Some(url) = &args.backend {
+        if state {
+            return Err("--load-state and --save-state keep an in-process limiter's keys: not \
+                        with --backend (the server keeps its own)"
+                .into());
+        }
         return replay_redis(url, &policies, path, output);
+    }
+    if args.find_capacity && args.load_state.is_some() {
+        return Err(
+            "--find-capacity replays the trace from empty tables: not with --load-state".into()
+        );
     }
     if args.find_capacity && layered {
         return Err("--find-capacity searches the capacity of one policy: give one --policy \
@@ -105,8 +125,14 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             .enumerate()
             .map(|(i, p)| Layer::new(format!("{}", i + 1), p).capacity(args.capacity).seeded(SEED))
             .collect();
-        let limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
+        let mut limiter = LayeredLimiter::with_clock(layers, ManualClock::new(0))
             .map_err(|e| format!("--policy: {e}"))?;
+        if let Some(file) = &args.load_state {
+            let restored = File::open(file)
+                .map_err(ratewell::SnapshotError::from)
+                .and_then(|f| limiter.restore_with(BufReader::new(f), Resume::SameClock));
+            restored.map_err(|e| format!("--load-state {}: {e}", file.display()))?;
+        }
         let n = limiter.len();
         let ahead = |field: &[u8]| {
             let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
@@ -132,6 +158,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
         };
         replay_trace(path, output, false, ahead, decide, Ok, 1)?;
+        if let Some(file) = &args.save_state {
+            limiter.save(file).map_err(|e| format!("--save-state {}: {e}", file.display()))?;
+        }
         for i in 0..n {
             let m = limiter.metrics(i).expect("a layer of the limiter");
             if m.evictions > 0 {
@@ -151,10 +180,16 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         return Ok(());
     }
     let policy = &policies[0];
-    let limiter =
+    let mut limiter =
         KeyedLimiter::<[u8], _>::try_with_clock(policy, args.capacity, ManualClock::new(0))
             .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
             .seeded(SEED);
+    if let Some(file) = &args.load_state {
+        let restored = File::open(file)
+            .map_err(ratewell::SnapshotError::from)
+            .and_then(|f| limiter.restore_with(BufReader::new(f), Resume::SameClock));
+        restored.map_err(|e| format!("--load-state {}: {e}", file.display()))?;
+    }
     let ahead = |key: &[u8]| limiter.prehash(key);
     let decide = |t: u64, key: &[u8], token: Prehashed, cost: u32, line: u64| {
         if key.contains(&b'|') {
@@ -168,6 +203,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         Ok(Decided { decision, layer: None, would: String::new() })
     };
     let copy = replay_trace(path, output, args.find_capacity, ahead, decide, Ok, 1)?;
+    if let Some(file) = &args.save_state {
+        limiter.save(file).map_err(|e| format!("--save-state {}: {e}", file.display()))?;
+    }
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
         let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
