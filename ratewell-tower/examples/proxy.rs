@@ -26,7 +26,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
-use ratewell_tower::{Absent, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies};
+use ratewell_tower::{
+    Absent, BuildError, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies,
+};
+use tokio::signal::unix::{SignalKind, signal};
 use tower::{Layer, ServiceBuilder};
 
 const HELP: &str = "\
@@ -34,7 +37,7 @@ A rate-limiting reverse proxy (ratewell-tower example).
 
 usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:KEY:POLICY]...
              [--require NAME]... [--trusted-proxy CIDR]... [--forwarded] [--dry-run]
-             [--no-headers] [--metrics ADDR]
+             [--no-headers] [--metrics ADDR] [--state FILE [--state-interval SECONDS]]
 
   --listen ADDR            address to serve on (127.0.0.1:8080; port 0 picks a free one)
   --upstream HOST:PORT     the HTTP server requests are forwarded to
@@ -57,6 +60,11 @@ usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:
   --no-headers             no RateLimit fields on admitted responses
   --metrics ADDR           serve Prometheus metrics (text format 0.0.4) at http://ADDR/metrics
                            (port 0 picks a free one)
+  --state FILE             keep the limits' keys across restarts: read FILE at start (if it
+                           exists; one that cannot be restored is reported, and the limits start
+                           empty), write it every --state-interval and on SIGTERM or SIGINT,
+                           then exit
+  --state-interval SECONDS how often to write --state (default 10)
 
 It prints 'listening on ADDR' once it serves (then 'metrics on ADDR' with --metrics). Rejected requests get 429 with Retry-After,
 RateLimit-Policy, RateLimit and a problem-details body; admitted ones are forwarded with the
@@ -73,6 +81,8 @@ struct Options {
     dry_run: bool,
     headers: bool,
     metrics: Option<String>,
+    state: Option<std::path::PathBuf>,
+    state_interval: std::time::Duration,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -86,6 +96,8 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         dry_run: false,
         headers: true,
         metrics: None,
+        state: None,
+        state_interval: std::time::Duration::from_secs(10),
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -111,6 +123,16 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--dry-run" => o.dry_run = true,
             "--no-headers" => o.headers = false,
             "--metrics" => o.metrics = Some(value()?),
+            "--state" => o.state = Some(value()?.into()),
+            "--state-interval" => {
+                let v = value()?;
+                let secs: f64 =
+                    v.parse().map_err(|_| format!("--state-interval {v:?}: seconds"))?;
+                if !(0.001..=86_400.0).contains(&secs) {
+                    return Err(format!("--state-interval {v:?}: between 0.001 and 86400 seconds"));
+                }
+                o.state_interval = std::time::Duration::from_secs_f64(secs);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -142,24 +164,58 @@ fn key(spec: &str) -> Result<Key, String> {
     })
 }
 
-fn layer(o: &Options) -> Result<RateLimitLayer, String> {
-    let trusted = TrustedProxies::new(&o.trusted).map_err(|e| e.to_string())?;
+/// The layer, its keys restored from `--state` when that file exists and can be.
+fn layer_with_state(o: &Options) -> Result<RateLimitLayer, String> {
+    let fresh = || layer(o, None).map_err(|(Unbuilt::Config(e) | Unbuilt::State(e))| e);
+    let Some(path) = &o.state else { return fresh() };
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fresh(),
+        Err(e) => {
+            eprintln!("proxy: --state {}: {e}; the limits start empty", path.display());
+            return fresh();
+        }
+    };
+    match layer(o, Some(bytes)) {
+        Err(Unbuilt::State(e)) => {
+            eprintln!("proxy: --state {}: {e}; the limits start empty", path.display());
+            layer(o, None)
+        }
+        other => other,
+    }
+    .map_err(|(Unbuilt::Config(e) | Unbuilt::State(e))| e)
+}
+
+/// Why the layer was not built: its configuration, or the state it was to start from.
+enum Unbuilt {
+    Config(String),
+    State(String),
+}
+
+fn layer(o: &Options, state: Option<Vec<u8>>) -> Result<RateLimitLayer, Unbuilt> {
+    let trusted = TrustedProxies::new(&o.trusted).map_err(|e| Unbuilt::Config(e.to_string()))?;
     let trusted = if o.forwarded { trusted.header(ForwardedHeader::Forwarded) } else { trusted };
     let mut builder = RateLimitLayer::builder()
         .trusted_proxies(trusted)
         .dry_run(o.dry_run)
         .admitted_headers(o.headers);
     for (name, key_spec, policy) in &o.limits {
-        let mut limit = Limit::new(name.clone(), policy, key(key_spec)?);
+        let mut limit = Limit::new(name.clone(), policy, key(key_spec).map_err(Unbuilt::Config)?);
         if o.required.contains(name) {
             limit = limit.when_absent(Absent::Reject(StatusCode::UNAUTHORIZED));
         }
         builder = builder.limit(limit);
     }
     if let Some(name) = o.required.iter().find(|r| !o.limits.iter().any(|(n, ..)| n == *r)) {
-        return Err(format!("--require {name:?}: no such limit"));
+        return Err(Unbuilt::Config(format!("--require {name:?}: no such limit")));
     }
-    builder.build().map_err(|e| e.to_string())
+    if let Some(bytes) = state {
+        builder = builder.restore(bytes);
+    }
+    builder.build().map_err(|e| match e {
+        BuildError::Snapshot(_) => Unbuilt::State(e.to_string()),
+        e => Unbuilt::Config(e.to_string()),
+    })
 }
 
 /// Headers of one connection, not to be forwarded (RFC 9110 §7.6.1).
@@ -264,7 +320,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let limit = match layer(&options) {
+    let limit = match layer_with_state(&options) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("proxy: {e}");
@@ -299,8 +355,34 @@ async fn main() -> ExitCode {
     }
     let client: Client<HttpConnector, Incoming> =
         Client::builder(TokioExecutor::new()).build_http();
+    if let Some(path) = options.state.clone() {
+        let (limit, every) = (limit.clone(), options.state_interval);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Err(e) = limit.save(&path) {
+                    eprintln!("proxy: --state {}: {e}", path.display());
+                }
+            }
+        });
+    }
+    let (mut terminate, mut interrupt) =
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(t), Ok(i)) => (t, i),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("proxy: cannot handle signals: {e}");
+                return ExitCode::from(1);
+            }
+        };
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(_) => continue,
         };
@@ -319,4 +401,17 @@ async fn main() -> ExitCode {
                 .await;
         });
     }
+    // A signal: keep the limits' keys for the next start.
+    if let Some(path) = &options.state {
+        match limit.save(path) {
+            Ok(info) => {
+                eprintln!("proxy: state of {} keys written to {}", info.keys, path.display())
+            }
+            Err(e) => {
+                eprintln!("proxy: --state {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }

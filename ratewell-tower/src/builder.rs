@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use http::{Extensions, HeaderValue, StatusCode};
 use ratewell::{
-    Clock, IpPrefixes, Layer, LayeredLimiter, LayersError, Policy, PolicyError, QuantaClock,
+    Clock, IpPrefixes, Layer, LayeredLimiter, LayersError, Policy, PolicyError, QuantaClock, Resume,
 };
 
 use crate::client_ip::TrustedProxies;
@@ -103,6 +103,8 @@ pub enum BuildError {
     Name(String),
     /// An [`Absent::Reject`] or rejection status that is not an error status (400 to 599).
     Status(StatusCode),
+    /// The snapshot given to [`Builder::restore`] cannot be restored into these limits.
+    Snapshot(ratewell::SnapshotError),
 }
 
 impl fmt::Display for BuildError {
@@ -120,6 +122,7 @@ impl fmt::Display for BuildError {
                 write!(f, "limit name {name:?} must be 1 to 64 printable ASCII characters")
             }
             BuildError::Status(status) => write!(f, "status {status} is not an error status"),
+            BuildError::Snapshot(error) => write!(f, "restoring the snapshot: {error}"),
         }
     }
 }
@@ -129,6 +132,7 @@ impl std::error::Error for BuildError {
         match self {
             BuildError::Policy { error, .. } => Some(error),
             BuildError::Layers(error) => Some(error),
+            BuildError::Snapshot(error) => Some(error),
             _ => None,
         }
     }
@@ -149,6 +153,8 @@ pub struct Builder<C: Clock = QuantaClock> {
     admitted_headers: bool,
     dry_run: bool,
     clock: C,
+    /// A snapshot to restore the limits' keys from, and how time passed since.
+    snapshot: Option<(Vec<u8>, Resume)>,
 }
 
 impl<C: Clock> fmt::Debug for Builder<C> {
@@ -205,6 +211,7 @@ impl Builder<QuantaClock> {
             admitted_headers: true,
             dry_run: false,
             clock: QuantaClock::new(),
+            snapshot: None,
         }
     }
 }
@@ -301,7 +308,23 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
             admitted_headers: self.admitted_headers,
             dry_run: self.dry_run,
             clock,
+            snapshot: self.snapshot,
         }
+    }
+
+    /// Start from the keys of a snapshot written by [`RateLimitLayer::snapshot`] or
+    /// [`RateLimitLayer::save`] (a restart keeps every client's spent budget), counting the
+    /// system time that passed since it was written. The limits are matched by name and must
+    /// keep their capacities; [`build`](Self::build) fails with [`BuildError::Snapshot`] if the
+    /// snapshot cannot be restored (see `ratewell::LayeredLimiter::restore_with`).
+    pub fn restore(self, snapshot: impl Into<Vec<u8>>) -> Self {
+        self.restore_with(snapshot, Resume::WallClock)
+    }
+
+    /// [`restore`](Self::restore), with time passed as `resume` says.
+    pub fn restore_with(mut self, snapshot: impl Into<Vec<u8>>, resume: Resume) -> Self {
+        self.snapshot = Some((snapshot.into(), resume));
+        self
     }
 
     /// The layer, or the first thing wrong with the configuration.
@@ -335,7 +358,11 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
                 None => layer,
             });
         }
-        let limiter = LayeredLimiter::with_clock(layers, self.clock).map_err(BuildError::Layers)?;
+        let mut limiter =
+            LayeredLimiter::with_clock(layers, self.clock).map_err(BuildError::Layers)?;
+        if let Some((bytes, resume)) = &self.snapshot {
+            limiter.restore_with(&bytes[..], *resume).map_err(BuildError::Snapshot)?;
+        }
         let delays = (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::delays));
         let policy_field = interned(limiter.ratelimit_policy_field());
         let needs_client = self.limits.iter().any(|l| l.key.needs_client_ip());

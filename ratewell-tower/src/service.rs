@@ -106,6 +106,22 @@ impl<C: Clock> RateLimitLayer<C> {
         self.shared.metrics()
     }
 
+    /// Write a snapshot of every limit's keys to `w` while requests go on, for
+    /// [`Builder::restore`](crate::Builder::restore) in the next process (see
+    /// `ratewell::LayeredLimiter::snapshot`).
+    pub fn snapshot(&self, w: impl std::io::Write) -> std::io::Result<ratewell::SnapshotInfo> {
+        self.shared.limiter.snapshot(w)
+    }
+
+    /// [`snapshot`](Self::snapshot) into the file at `path`, replacing it only once the new one
+    /// is whole (written beside it, synced, renamed over it).
+    pub fn save(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> std::io::Result<ratewell::SnapshotInfo> {
+        self.shared.limiter.save(path)
+    }
+
     /// The engine: a [`LayeredLimiter`] with one layer per limit, in order.
     pub fn limiter(&self) -> &Arc<LayeredLimiter<C>> {
         &self.shared.limiter

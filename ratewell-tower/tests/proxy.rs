@@ -332,3 +332,60 @@ async fn the_proxy_serves_metrics_that_count_every_request() {
     let other = get(&client, &format!("http://{metrics}/"), &[]).await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
+
+/// Stop the proxy as a service manager does (SIGTERM) and wait for it: it writes `--state` and
+/// exits 0.
+fn terminate(mut proxy: Proxy) {
+    let pid = proxy.child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success(), "kill -TERM {pid}");
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "the proxy exits 0 on SIGTERM: {status}");
+}
+
+#[tokio::test]
+async fn a_restart_with_state_keeps_each_clients_spent_budget() {
+    let upstream = upstream().await;
+    let dir = std::env::temp_dir().join(format!("ratewell-proxy-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.bin");
+    let state_arg = state.to_str().unwrap();
+    let args = [
+        "--policy",
+        "fixed-window limit=3 window=1h",
+        "--layer",
+        "key:header=x-api-key:fixed-window limit=5 window=1h",
+        "--state",
+        state_arg,
+    ];
+    let client = client();
+    let proxy = start_proxy(&upstream.addr, &args);
+    let url = format!("http://{}/", proxy.addr);
+    for _ in 0..3 {
+        assert_eq!(get(&client, &url, &[("x-api-key", b"alice")]).await.status, StatusCode::OK);
+    }
+    assert_eq!(get(&client, &url, &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    terminate(proxy);
+    assert!(state.exists(), "written on SIGTERM");
+
+    // Restarted: the address's budget is still spent, its window where it was.
+    let proxy = start_proxy(&upstream.addr, &args);
+    let url = format!("http://{}/", proxy.addr);
+    let answer = get(&client, &url, &[]).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = answer.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry_after > 3000 && retry_after <= 3600, "{retry_after}");
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), 3);
+    terminate(proxy);
+
+    // Without --state the restart forgets; a file that is not a snapshot is reported and the
+    // limits start empty.
+    let proxy = start_proxy(&upstream.addr, &args[..4]);
+    assert_eq!(get(&client, &format!("http://{}/", proxy.addr), &[]).await.status, StatusCode::OK);
+    drop(proxy);
+    std::fs::write(&state, b"garbage").unwrap();
+    let proxy = start_proxy(&upstream.addr, &args);
+    assert_eq!(get(&client, &format!("http://{}/", proxy.addr), &[]).await.status, StatusCode::OK);
+    drop(proxy);
+    let _ = std::fs::remove_dir_all(&dir);
+}
