@@ -226,12 +226,28 @@ pub fn denied(items: impl Iterator<Item = (bool, bool, bool)>, extra_quota: usiz
     quota_total > 0 && quota_total == quota_over
 }
 
+/// The first bytes of a state file (`STATE_FILE`).
+pub const STATE_MAGIC: [u8; 8] = *b"RWRLSST\n";
+
+fn hasher_of(seeds: [u64; 4]) -> ahash::RandomState {
+    ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3])
+}
+
+/// A check of a state file's seeds (a corrupted seed would hash every descriptor elsewhere).
+fn seeds_check(seeds: [u64; 4]) -> u64 {
+    ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(seeds) ^ 0x5254_4c53
+}
+
 /// The in-process store.
 pub struct MemoryStore<C: Clock> {
     table: Arc<KeyedLimiter<u64, C>>,
     /// The sliding logs' table (a log is not one word: it has a table of its own).
     logs: Arc<KeyedLimiter<u64, C>>,
     hasher: ahash::RandomState,
+    /// The seeds of `hasher`: a state file keeps them, so that descriptors hash to the same keys.
+    seeds: [u64; 4],
+    /// The capacity asked for (a restore builds its tables alike).
+    capacity: usize,
     overrides: Mutex<HashMap<Quota, Arc<Registered<C>>>>,
 }
 
@@ -250,12 +266,94 @@ impl<C: Clock + Clone> MemoryStore<C> {
         let log: Policy = "sliding-log limit=1 window=1s".parse().expect("a valid policy");
         let table = KeyedLimiter::try_with_clock(&default, capacity, clock.clone())?;
         let logs = KeyedLimiter::try_with_clock(&log, capacity, clock)?;
+        let random = ahash::RandomState::new();
+        let seeds = [1u64, 2, 3, 4].map(|i| random.hash_one(i));
         Ok(MemoryStore {
             table: Arc::new(table),
             logs: Arc::new(logs),
-            hasher: ahash::RandomState::new(),
+            hasher: hasher_of(seeds),
+            seeds,
+            capacity,
             overrides: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Write the store's keys to the file at `path` (`STATE_FILE`), replacing it only once the
+    /// new one is whole; the keys written. Decisions go on meanwhile.
+    ///
+    /// The file: [`STATE_MAGIC`], the descriptor hash's four seeds, a check of them, then the
+    /// two tables' snapshots (each with its length; the engine's format, checksummed).
+    pub fn save(&self, path: &std::path::Path) -> std::io::Result<u64> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&STATE_MAGIC);
+        for seed in self.seeds {
+            bytes.extend_from_slice(&seed.to_le_bytes());
+        }
+        bytes.extend_from_slice(&seeds_check(self.seeds).to_le_bytes());
+        let mut keys = 0;
+        for table in [&self.table, &self.logs] {
+            let mut snapshot = Vec::new();
+            keys += table.snapshot(&mut snapshot)?.keys;
+            bytes.extend_from_slice(&(snapshot.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&snapshot);
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        let mut file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut file, &bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        Ok(keys)
+    }
+
+    /// Restore the keys of a state file written by [`save`](Self::save) into this new store
+    /// (before any configuration registers its limits), the time since it was written counted
+    /// as passed; the keys restored. On an error the store is unchanged.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<u64, String> {
+        let bad = |what: &str| format!("not a state file of this service: {what}");
+        let rest = bytes.strip_prefix(&STATE_MAGIC[..]).ok_or_else(|| bad("bad magic"))?;
+        if rest.len() < 40 {
+            return Err(bad("truncated"));
+        }
+        let word = |i: usize| u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().expect("8"));
+        let seeds = [word(0), word(1), word(2), word(3)];
+        if seeds_check(seeds) != word(4) {
+            return Err(bad("the seeds' check does not match"));
+        }
+        let mut rest = &rest[40..];
+        let mut parts = [&[][..], &[][..]];
+        for part in &mut parts {
+            let len = rest.get(..8).ok_or_else(|| bad("truncated"))?;
+            let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8")))
+                .map_err(|_| bad("a length"))?;
+            *part = rest.get(8..8usize.saturating_add(len)).ok_or_else(|| bad("truncated"))?;
+            rest = &rest[8 + len..];
+        }
+        if !rest.is_empty() {
+            return Err(bad("bytes after the last table"));
+        }
+        if Arc::strong_count(&self.table) > 1 || Arc::strong_count(&self.logs) > 1 {
+            return Err("the store is in use: restore a new one".into());
+        }
+        // Into new tables, put in place only once both are restored: nothing half-restored.
+        let fresh = |like: &KeyedLimiter<u64, C>| {
+            KeyedLimiter::<u64, C>::try_with_clock(
+                &like.policy(),
+                self.capacity,
+                like.clock().clone(),
+            )
+            .map_err(|e| e.to_string())
+        };
+        let (mut table, mut logs) = (fresh(&self.table)?, fresh(&self.logs)?);
+        let restored = table.restore(parts[0]).map_err(|e| format!("the key table: {e}"))?;
+        let logged = logs.restore(parts[1]).map_err(|e| format!("the sliding logs' table: {e}"))?;
+        self.table = Arc::new(table);
+        self.logs = Arc::new(logs);
+        self.seeds = seeds;
+        self.hasher = hasher_of(seeds);
+        Ok(restored.keys + logged.keys)
     }
 
     /// The key table (its metrics, its clock).

@@ -74,16 +74,70 @@ pub struct Running<C: Clock + Clone> {
     pub service: Arc<RateLimitService<C>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// `STATE_FILE`, written once more when the service stops.
+    state: Option<(std::path::PathBuf, Arc<Settings>)>,
 }
 
 impl<C: Clock + Clone> Running<C> {
-    /// Stop every listener and the watch, and wait for them.
+    /// Stop every listener and the watch, and wait for them; then write `STATE_FILE`.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
+        if let Some((path, settings)) = &self.state {
+            save_state(&self.service, path, settings);
+        }
     }
+}
+
+/// Write the memory store's keys to `path`, logging the outcome.
+fn save_state<C: Clock + Clone>(
+    service: &RateLimitService<C>,
+    path: &std::path::Path,
+    settings: &Settings,
+) {
+    let Store::Memory(store) = service.store() else { return };
+    match store.save(path) {
+        Ok(keys) => log(
+            settings,
+            LogLevel::Debug,
+            format!("STATE_FILE {}: {keys} keys written", path.display()),
+        ),
+        Err(e) => log(settings, LogLevel::Error, format!("STATE_FILE {}: {e}", path.display())),
+    }
+}
+
+/// A new memory store, its keys restored from `STATE_FILE` if that file exists and can be
+/// (else the counts start empty, and the reason is logged).
+fn memory_store<C: Clock + Clone>(
+    settings: &Settings,
+    clock: C,
+) -> std::io::Result<MemoryStore<C>> {
+    let mut store = MemoryStore::new(settings.memory_capacity, clock)
+        .map_err(|e| std::io::Error::other(format!("MEMORY_CAPACITY: {e}")))?;
+    let Some(path) = &settings.state_file else { return Ok(store) };
+    match std::fs::read(path) {
+        Ok(bytes) => match store.restore(&bytes) {
+            Ok(keys) => log(
+                settings,
+                LogLevel::Info,
+                format!("STATE_FILE {}: {keys} keys restored", path.display()),
+            ),
+            Err(e) => log(
+                settings,
+                LogLevel::Warn,
+                format!("STATE_FILE {}: {e}; the counts start empty", path.display()),
+            ),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => log(
+            settings,
+            LogLevel::Warn,
+            format!("STATE_FILE {}: {e}; the counts start empty", path.display()),
+        ),
+    }
+    Ok(store)
 }
 
 /// Whether the service reports itself healthy: a configuration is in force (with
@@ -99,10 +153,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     clock: C,
 ) -> std::io::Result<Running<C>> {
     let store = match &settings.redis {
-        None => Store::Memory(
-            MemoryStore::new(settings.memory_capacity, clock)
-                .map_err(|e| std::io::Error::other(format!("MEMORY_CAPACITY: {e}")))?,
-        ),
+        None => Store::Memory(memory_store(&settings, clock)?),
         Some(redis) => Store::Redis(
             RedisStore::connect(redis)
                 .await
@@ -145,7 +196,23 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         service: service.clone(),
         stop,
         tasks: Vec::new(),
+        state: settings.state_file.clone().map(|path| (path, Arc::new(settings.clone()))),
     };
+    if let Some((path, settings)) = running.state.clone() {
+        let (service, mut stopped) = (service.clone(), stopped.clone());
+        running.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(settings.state_interval) => {}
+                    _ = stopped.changed() => return,
+                }
+                let (service, path, settings) = (service.clone(), path.clone(), settings.clone());
+                // A snapshot reads every key: off the runtime's workers.
+                let _ = tokio::task::spawn_blocking(move || save_state(&service, &path, &settings))
+                    .await;
+            }
+        }));
+    }
 
     let grpc = tonic::transport::Server::builder()
         .tcp_nodelay(true)

@@ -229,6 +229,11 @@ pub const OWN_VARIABLES: &[(&str, &str)] = &[
         "REDIS_FAILOVER",
         "with BACKEND_TYPE=redis, the answer when the server cannot decide within REDIS_TIMEOUT: error (default: gRPC UNAVAILABLE, as the Go service), open (OK) or closed (OVER_LIMIT)",
     ),
+    (
+        "STATE_FILE",
+        "with BACKEND_TYPE=memory, a file that keeps the counts across restarts: read at start (if it exists), written every STATE_INTERVAL and at shutdown (default: none)",
+    ),
+    ("STATE_INTERVAL", "how often STATE_FILE is written (default 10s)"),
 ];
 
 /// The variables only the Redis store reads: named as ignored with the memory store.
@@ -296,6 +301,10 @@ pub struct Settings {
     pub redis: Option<crate::redis_store::RedisSettings>,
     /// `RELOAD_INTERVAL`.
     pub reload_interval: Duration,
+    /// `STATE_FILE` (memory store only).
+    pub state_file: Option<PathBuf>,
+    /// `STATE_INTERVAL`.
+    pub state_interval: Duration,
     /// `LOG_LEVEL`: `debug`, `info`, `warn` (default) or `error`.
     pub log_level: LogLevel,
     /// What the service itself reads.
@@ -542,6 +551,17 @@ impl Settings {
         let reload_interval = parse_duration(&reload)
             .filter(|d| !d.is_zero())
             .ok_or_else(|| SettingsError(format!("RELOAD_INTERVAL={reload}: not a duration")))?;
+        let state = e.string("STATE_INTERVAL", "10s");
+        let state_interval = parse_duration(&state)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| SettingsError(format!("STATE_INTERVAL={state}: not a duration")))?;
+        let state_file = e.get("STATE_FILE").filter(|f| !f.is_empty()).map(PathBuf::from);
+        if state_file.is_some() && redis.is_some() {
+            notices.push(
+                "STATE_FILE is ignored: BACKEND_TYPE is redis (the server keeps the counts)".into(),
+            );
+        }
+        let state_file = state_file.filter(|_| redis.is_none());
         let runtime_dir = PathBuf::from(e.string("RUNTIME_SUBDIRECTORY", ""))
             .join(e.string("RUNTIME_APPDIRECTORY", "config"));
         Ok(Settings {
@@ -559,6 +579,8 @@ impl Settings {
             memory_capacity: e.number("MEMORY_CAPACITY", 1_000_000)?,
             redis,
             reload_interval,
+            state_file,
+            state_interval,
             log_level,
             service: ServiceSettings {
                 shadow_mode: e.flag("SHADOW_MODE", false)?,

@@ -245,6 +245,14 @@ impl Binary {
             .expect("a connection")
     }
 
+    /// Stop it as a service manager does (SIGTERM) and wait for it to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        self.child.wait().unwrap()
+    }
+
     /// Whether it logged a line containing `text`.
     pub fn logged(&self, text: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(text))
