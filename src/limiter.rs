@@ -199,7 +199,7 @@ impl<C: Clock> Limiter<C> {
     /// The time to decide at: the clock's reading, never below one already acted on.
     #[inline]
     fn now(&self) -> u64 {
-        self.cell.floor.now(&self.clock)
+        self.cell.floor.reading(&self.clock)
     }
 
     /// Forget everything: the key is fresh again (a full bucket, an empty window).
