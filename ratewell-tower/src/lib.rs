@@ -37,6 +37,9 @@
 //! - **Dry run**, of the whole layer or of one limit (its policy's `dry-run` flag): nothing is
 //!   rejected; headers and [`Metrics`] are those of the decision.
 //!
+//! The HTTP logic (client addresses, keys, limits, answers) is [`ratewell_http`]'s, which the
+//! pingora adapter shares; this crate is the tower side of it, and re-exports its types.
+//!
 //! # Feature flags
 //!
 //! - `prometheus`: [`prometheus::LayerCollector`] (from [`RateLimitLayer::collector`]) and
@@ -50,21 +53,17 @@
 
 mod body;
 mod builder;
-mod client_ip;
 mod clock;
-mod key;
-mod metrics;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
-mod response;
 mod service;
 
 pub use body::ResponseBody;
-pub use builder::{Absent, BuildError, Builder, Limit};
-pub use client_ip::{DEFAULT_MAX_FORWARDED_BYTES, ForwardedHeader, TrustedProxies};
+pub use builder::Builder;
 pub use clock::TokioClock;
-pub use key::{Key, KeyContext, KeyValue};
-pub use metrics::{LayerMetrics, Metrics};
-pub use ratewell::{IpPrefixes, Policy};
-pub use response::QUOTA_EXCEEDED;
-pub use service::{RATELIMIT, RATELIMIT_POLICY, RateLimit, RateLimitLayer, ResponseFuture};
+pub use ratewell_http::{
+    Absent, BuildError, DEFAULT_MAX_FORWARDED_BYTES, ForwardedHeader, IpPrefixes, Key, KeyContext,
+    KeyValue, LayerMetrics, Limit, Metrics, Policy, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY,
+    TrustedProxies,
+};
+pub use service::{RateLimit, RateLimitLayer, ResponseFuture};

@@ -111,7 +111,7 @@ pub(crate) enum LayerCounter {
     AbsentRejected = ABSENT_REJECTED as isize,
 }
 
-/// What a [`RateLimitLayer`](crate::RateLimitLayer) has decided since it was built (every clone
+/// What a [`HttpLimiter`](crate::HttpLimiter) has decided since it was built (every clone
 /// counts into the same totals).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

@@ -44,14 +44,14 @@ pub enum ForwardedHeader {
 /// # Examples
 ///
 /// ```
-/// use ratewell_tower::{ForwardedHeader, TrustedProxies};
+/// use ratewell_http::{ForwardedHeader, TrustedProxies};
 ///
 /// let proxies = TrustedProxies::new(["10.0.0.0/8", "2001:db8:ffff::/48"])?
 ///     .header(ForwardedHeader::Forwarded)
 ///     .max_header_bytes(4096);
 /// assert!(proxies.contains("10.1.2.3".parse().unwrap()));
 /// assert!(!proxies.contains("192.0.2.1".parse().unwrap()));
-/// # Ok::<(), ratewell_tower::BuildError>(())
+/// # Ok::<(), ratewell_http::BuildError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct TrustedProxies {

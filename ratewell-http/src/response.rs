@@ -5,8 +5,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::body::ResponseBody;
-use crate::service::{RATELIMIT, RATELIMIT_POLICY};
+use crate::limiter::{RATELIMIT, RATELIMIT_POLICY};
 
 /// The problem type of draft-ietf-httpapi-ratelimit-headers for a request over its quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -20,16 +19,40 @@ const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-p
 /// RESOURCE_EXHAUSTED.
 const GRPC_RESOURCE_EXHAUSTED: u8 = 8;
 
-/// A response without its body type, built where the inner body type is not known yet.
-pub(crate) struct Ready {
+/// The limiter's own answer to a request (a rejection, an impossible request, a missing
+/// key): its status, headers and body, for the adapter to send.
+#[derive(Debug)]
+pub struct Ready {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
 }
 
 impl Ready {
-    pub(crate) fn into_response<B>(self) -> Response<ResponseBody<B>> {
-        let mut response = Response::new(ResponseBody::full(self.body));
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The headers (`Retry-After`, `RateLimit-Policy`, `RateLimit`, the content type; over
+    /// gRPC `grpc-status` and the pushback).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The body (problem details; empty over gRPC).
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Status, headers and body.
+    pub fn into_parts(self) -> (StatusCode, HeaderMap, Bytes) {
+        (self.status, self.headers, self.body)
+    }
+
+    /// As an `http` response.
+    pub fn into_response(self) -> Response<Bytes> {
+        let mut response = Response::new(self.body);
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
         response

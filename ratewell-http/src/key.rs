@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{AUTHORIZATION, HeaderName};
-use http::{Extensions, HeaderMap, Method, Request, Uri};
+use http::{Extensions, HeaderMap, Method, Uri};
 use ratewell::IpKey;
 
 /// What a [`Limit`](crate::Limit) keys a request by: each distinct key has its own budget.
@@ -14,7 +14,7 @@ use ratewell::IpKey;
 /// # Examples
 ///
 /// ```
-/// use ratewell_tower::{Key, KeyValue};
+/// use ratewell_http::{Key, KeyValue};
 ///
 /// let by_ip = Key::client_ip();
 /// let by_api_key = Key::header("x-api-key");
@@ -80,7 +80,7 @@ impl Key {
     /// # Examples
     ///
     /// ```
-    /// use ratewell_tower::Key;
+    /// use ratewell_http::Key;
     ///
     /// assert!(Key::try_header("x-api-key").is_ok());
     /// assert!(Key::try_header("x api key").is_err());
@@ -176,12 +176,12 @@ pub(crate) struct Client {
 }
 
 impl<'a> KeyContext<'a> {
-    pub(crate) fn new<B>(request: &'a Request<B>, client: Option<&'a Client>) -> Self {
+    pub(crate) fn new(head: &crate::Head<'a>, client: Option<&'a Client>) -> Self {
         KeyContext {
-            method: request.method(),
-            uri: request.uri(),
-            headers: request.headers(),
-            extensions: request.extensions(),
+            method: head.method,
+            uri: head.uri,
+            headers: head.headers,
+            extensions: head.extensions,
             client,
         }
     }
