@@ -30,7 +30,7 @@ A rate-limiting reverse proxy on pingora (ratewell-pingora example).
 
 usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:KEY:POLICY]...
              [--require NAME]... [--trusted-proxy CIDR]... [--forwarded] [--dry-run]
-             [--no-headers] [--pingora-limits N]
+             [--no-headers] [--pingora-limits N | --no-limit]
 
   --listen ADDR            address to serve on (127.0.0.1:8080)
   --upstream HOST:PORT     the HTTP server requests are forwarded to
@@ -52,6 +52,7 @@ usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:
   --no-headers             no RateLimit fields on admitted responses
   --pingora-limits N       no ratewell limit: pingora-limits' Rate, at most N requests per client
                            address per second (its example's limiter), for comparison
+  --no-limit               no limit at all: the proxy alone, for comparison
 
 It prints 'listening on ADDR' before it serves. Rejected requests get 429 with Retry-After,
 RateLimit-Policy, RateLimit and a problem-details body.
@@ -67,6 +68,7 @@ struct Options {
     dry_run: bool,
     headers: bool,
     pingora_limits: Option<isize>,
+    no_limit: bool,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -80,6 +82,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         dry_run: false,
         headers: true,
         pingora_limits: None,
+        no_limit: false,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -110,19 +113,21 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
                 o.pingora_limits =
                     Some(n.ok_or(format!("--pingora-limits {v:?}: a positive count"))?);
             }
+            "--no-limit" => o.no_limit = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if o.listen.is_empty() || o.upstream.is_empty() {
         return Err("--listen and --upstream are required".into());
     }
-    if o.limits.is_empty() && o.pingora_limits.is_none() {
+    let others = usize::from(o.pingora_limits.is_some()) + usize::from(o.no_limit);
+    if o.limits.is_empty() && others == 0 {
         return Err("give at least one --policy or --layer".into());
     }
-    if !o.limits.is_empty() && o.pingora_limits.is_some() {
-        return Err(
-            "--pingora-limits replaces ratewell's limits: not with --policy or --layer".into()
-        );
+    if others + usize::from(!o.limits.is_empty()) > 1 {
+        return Err("--pingora-limits, --no-limit and ratewell's limits (--policy, --layer) \
+                    exclude each other"
+            .into());
     }
     Ok(o)
 }
@@ -166,9 +171,10 @@ fn limit(o: &Options) -> Result<RateLimit, String> {
     builder.build().map(RateLimit::new).map_err(|e| e.to_string())
 }
 
-/// How the proxy limits: ratewell, or pingora-limits' estimator.
+/// How the proxy limits: ratewell, pingora-limits' estimator, or not at all.
 enum Limiter {
     Ratewell(RateLimit),
+    Nothing,
     /// pingora-limits' `Rate` over 1 s windows and the most requests a client may make in one.
     PingoraLimits(Rate, isize),
 }
@@ -189,6 +195,7 @@ impl ProxyHttp for Proxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RateLimitCtx) -> Result<bool> {
         match &self.limiter {
             Limiter::Ratewell(limit) => limit.check(session, ctx).await,
+            Limiter::Nothing => Ok(false),
             Limiter::PingoraLimits(rate, max) => {
                 // As pingora-limits' example: the estimate of this second's requests so far.
                 let client = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
@@ -220,7 +227,7 @@ impl ProxyHttp for Proxy {
     ) -> Result<()> {
         match &self.limiter {
             Limiter::Ratewell(limit) => limit.decorate(response, ctx),
-            Limiter::PingoraLimits(..) => Ok(()),
+            Limiter::PingoraLimits(..) | Limiter::Nothing => Ok(()),
         }
     }
 }
@@ -239,6 +246,7 @@ fn main() -> ExitCode {
     };
     let limiter = match options.pingora_limits {
         Some(max) => Limiter::PingoraLimits(Rate::new(std::time::Duration::from_secs(1)), max),
+        None if options.no_limit => Limiter::Nothing,
         None => match limit(&options) {
             Ok(limit) => Limiter::Ratewell(limit),
             Err(e) => {
