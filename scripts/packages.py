@@ -97,11 +97,14 @@ def main():
     for directory in sys.argv[1:]:
         _, nested = check_workspace(directory, version, root_packages, failures)
         print(f"packages of {directory}: {', '.join(p['name'] for p in nested)}")
+        # Its dependencies on the root's crates (not on crates.io yet) patched to their paths.
+        used = {d["name"] for p in nested for d in p["dependencies"] if d["name"] in root_packages}
         patches = []
-        for name, p in root_packages.items():
-            path = os.path.dirname(p["manifest_path"])
+        for name in sorted(used):
+            path = os.path.dirname(root_packages[name]["manifest_path"])
             patches += ["--config", f'patch.crates-io.{name}.path="{path}"']
-        if nested and subprocess.call(["cargo", "package", "--locked"] + patches, cwd=directory) != 0:
+        # Not --locked: the patches are recorded in the lock file of the verification.
+        if nested and subprocess.call(["cargo", "package"] + patches, cwd=directory) != 0:
             failures.append(f"cargo package failed in {directory}")
 
     if failures:
