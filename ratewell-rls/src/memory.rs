@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Policy, PolicyId};
+use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Policy, PolicyId, Resume};
 
 use crate::config::RateLimitConfig;
 use crate::proto::{Entry, Unit};
@@ -309,8 +309,17 @@ impl<C: Clock + Clone> MemoryStore<C> {
     }
 
     /// Restore the keys of a state file written by [`save`](Self::save) into this new store
-    /// (before any configuration registers its limits), the time since it was written counted
-    /// as passed; the keys restored. On an error the store is unchanged.
+    /// (before any configuration registers its limits); the keys restored. On an error the
+    /// store is unchanged.
+    ///
+    /// The service's clock reads nanoseconds since the Unix epoch ([`EpochClock`]), so the new
+    /// process's clock is already on the snapshot's time line: the states are restored with no
+    /// shift ([`Resume::SameClock`]), the time that passed is on the clock itself, and fixed
+    /// windows stay on the epoch's boundaries, as every replica's are. A wall clock that reads
+    /// earlier than the snapshot mints nothing: a state ahead of the clock is decided at its
+    /// own time.
+    ///
+    /// [`EpochClock`]: crate::clock::EpochClock
     pub fn restore(&mut self, bytes: &[u8]) -> Result<u64, String> {
         let bad = |what: &str| format!("not a state file of this service: {what}");
         let rest = bytes.strip_prefix(&STATE_MAGIC[..]).ok_or_else(|| bad("bad magic"))?;
@@ -347,8 +356,12 @@ impl<C: Clock + Clone> MemoryStore<C> {
             .map_err(|e| e.to_string())
         };
         let (mut table, mut logs) = (fresh(&self.table)?, fresh(&self.logs)?);
-        let restored = table.restore(parts[0]).map_err(|e| format!("the key table: {e}"))?;
-        let logged = logs.restore(parts[1]).map_err(|e| format!("the sliding logs' table: {e}"))?;
+        let restored = table
+            .restore_with(parts[0], Resume::SameClock)
+            .map_err(|e| format!("the key table: {e}"))?;
+        let logged = logs
+            .restore_with(parts[1], Resume::SameClock)
+            .map_err(|e| format!("the sliding logs' table: {e}"))?;
         self.table = Arc::new(table);
         self.logs = Arc::new(logs);
         self.seeds = seeds;
