@@ -78,22 +78,27 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn snapshot(&self, mut w: impl Write) -> std::io::Result<SnapshotInfo> {
-        let anchor = SystemTime::now();
-        let now = self.floor.now(&self.clock);
-        let (bytes, keys) = self.snapshot_bytes(now, snapshot::wall_ns(anchor));
+        let (bytes, info) = self.snapshot_now();
         w.write_all(&bytes)?;
         w.flush()?;
-        Ok(SnapshotInfo { keys, bytes: bytes.len() as u64, anchor })
+        Ok(info)
     }
 
     /// [`snapshot`](Self::snapshot) into the file at `path`, replacing it only once the new one
     /// is whole: written beside it (`path` with `.tmp` appended), synced, then renamed over it.
     pub fn save(&self, path: impl AsRef<Path>) -> std::io::Result<SnapshotInfo> {
+        let (bytes, info) = self.snapshot_now();
+        snapshot::write_file(path.as_ref(), &bytes)?;
+        Ok(info)
+    }
+
+    /// A snapshot's bytes now, anchored at the system clock's reading now.
+    fn snapshot_now(&self) -> (Vec<u8>, SnapshotInfo) {
         let anchor = SystemTime::now();
         let now = self.floor.now(&self.clock);
         let (bytes, keys) = self.snapshot_bytes(now, snapshot::wall_ns(anchor));
-        snapshot::write_file(path.as_ref(), &bytes)?;
-        Ok(SnapshotInfo { keys, bytes: bytes.len() as u64, anchor })
+        let info = SnapshotInfo { keys, bytes: bytes.len() as u64, anchor };
+        (bytes, info)
     }
 
     /// Replace every key's state by a snapshot's, counting the system time that passed since it
@@ -162,7 +167,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
 
     /// The snapshot's bytes at `now`, anchored at `anchor` (ns since the epoch), and its keys.
     pub(crate) fn snapshot_bytes(&self, now: u64, anchor: u64) -> (Vec<u8>, u64) {
-        let len = self.metrics().keys as usize;
+        // Keys present now: the buffer's size (the per-thread decision counts are not needed).
+        let len = with_store!(self, store => store.stats().len) as usize;
         let (kind, shape) = match &self.backend {
             Backend::Words(t) => (KIND_WORDS, t.shape()),
             Backend::Logs(t) => (KIND_LOGS, t.shape()),
