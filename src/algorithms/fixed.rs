@@ -82,6 +82,14 @@ impl Fixed {
         }
     }
 
+    /// This window decided at a limit of `limit` (at most its own) for one call, its word laid
+    /// out as before: the count field keeps its width, so a state stored under either is read
+    /// the same under the other. A count above `limit` (stored at a higher one) reads as a full
+    /// window.
+    pub(crate) fn within(&self, limit: u32) -> Fixed {
+        Fixed { limit: self.limit.min(u64::from(limit)), ..self.clone() }
+    }
+
     /// `(count, window end in ns from now)` of the window a request at `now` falls in, and the
     /// low field to store with it.
     #[inline]
@@ -194,6 +202,22 @@ mod tests {
         assert!(f.decide(w, 2 * S - 1, 2).0.is_admitted());
         // A reading before the window opened counts in it.
         assert!(!f.decide(w, S - 5, 1).0.is_admitted());
+    }
+
+    #[test]
+    fn a_lower_limit_per_call_reads_the_same_words() {
+        let wide = Fixed::new(u32::MAX, S, Align::Clock).unwrap();
+        let three = wide.within(3);
+        let (d, w) = three.decide(0, 0, 2);
+        assert_eq!((d.limit(), d.remaining()), (3, 1));
+        // The word is the wide layout's: the wide window sees the same count.
+        assert_eq!(wide.probe(w.unwrap(), 0).remaining(), u64::from(u32::MAX) - 2);
+        assert!(!three.decide(w.unwrap(), 0, 2).0.is_admitted());
+        // A count above the call's limit (stored under a higher one) reads as full.
+        let (_, w) = wide.decide(0, 0, 10);
+        let d = three.decide(w.unwrap(), 0, 1).0;
+        assert!(!d.is_admitted() && d.remaining() == 0);
+        assert_eq!(wide.within(u32::MAX), wide, "no lower: the window as it is");
     }
 
     #[test]

@@ -244,6 +244,16 @@ impl Algorithm {
         dispatch!(self, a => a.refund(word, now, before, after, u64::from(cost)))
     }
 
+    /// This algorithm decided at a limit of at most `limit` for one call, on the same state
+    /// words: a fixed window's ([`fixed::Fixed::within`]); `None` for the other algorithms,
+    /// whose words' meaning depends on their limit.
+    pub(crate) fn within(&self, limit: u32) -> Option<Algorithm> {
+        match self {
+            Algorithm::Fixed(f) => Some(Algorithm::Fixed(f.within(limit))),
+            _ => None,
+        }
+    }
+
     /// The longest gap between two decisions on a key over which every decision is exact.
     pub(crate) fn idle_horizon_ns(&self) -> u128 {
         dispatch!(self, a => a.idle_horizon_ns(), log _l => u128::from(u64::MAX))

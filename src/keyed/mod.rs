@@ -18,7 +18,7 @@ pub use self::table::{CapacityError, OnFull};
 
 use self::counts::Counts;
 use self::log_table::LogTable;
-use self::registry::{Locked, Pinned, Policies, Registry};
+use self::registry::{Locked, Pinned, Policies, Registry, Within};
 use self::table::{MAX_CAPACITY, Table, TableStats};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
@@ -901,6 +901,85 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             with_store!(self, store => store.decide::<Taken, _>(&pinned, hash, now, cost.max(1)));
         self.counts.record(taken.decision.is_admitted());
         report(taken, hash)
+    }
+
+    /// [`take_with`](Self::take_with) under the registered fixed window `id` with its limit
+    /// lowered to `limit` for this call: admitted iff the key's count in the current window plus
+    /// `cost` is at most `limit`, and the [`Decision`] reports `limit` as its limit.
+    ///
+    /// So one registered window decides keys whose limits are chosen per call, as many distinct
+    /// limits as there are keys, with no slot for each: register the window at the widest limit
+    /// the calls may name (`fixed-window limit=4294967295 window=1m`), and pass each key's own.
+    /// The key's state is the registered window's, whatever the limit: a call at another limit
+    /// (a configuration reloaded) reads the same count, a count above the call's limit reads as a
+    /// full window, [`refund`](Self::refund) and snapshots work as for
+    /// [`take_with`](Self::take_with). Call after call on one key, the limit may change.
+    ///
+    /// A `limit` above the window's own is the window's. Under a policy that is not a fixed
+    /// window (whose state's meaning depends on its limit), `limit` is not applied: the call is
+    /// [`take_with`](Self::take_with)'s. `cost` 0 is treated as 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
+    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
+    /// let per_minute = limiter.register(&p("fixed-window limit=4294967295 window=1m"))?;
+    /// // Two tenants, two limits, one registered window.
+    /// let (d, _) = limiter.take_within("tenant-a", &per_minute, 3, 3);
+    /// assert_eq!((d.is_admitted(), d.limit(), d.remaining()), (true, 3, 0));
+    /// assert!(!limiter.take_within("tenant-a", &per_minute, 1, 3).0.is_admitted());
+    /// let (d, charge) = limiter.take_within("tenant-b", &per_minute, 3, 1_000);
+    /// assert_eq!(d.remaining(), 997);
+    /// limiter.refund(charge.expect("admitted"));
+    /// assert_eq!(limiter.peek_within("tenant-b", &per_minute, 1, 1_000).remaining(), 1_000);
+    /// # limiter.release(per_minute);
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    pub fn take_within(
+        &self,
+        key: &K,
+        id: &PolicyId,
+        cost: u32,
+        limit: u32,
+    ) -> (Decision, Option<Charge>) {
+        self.check_owner(id.owner);
+        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
+        let Some(within) = self.within(pinned, limit) else { return self.take_with(key, id, cost) };
+        let hash = self.hasher.hash_one(key);
+        let now = self.floor.now(&self.clock);
+        let taken: Taken =
+            with_store!(self, store => store.decide::<Taken, _>(&within, hash, now, cost.max(1)));
+        self.counts.record(taken.decision.is_admitted());
+        let receipt = Receipt::of(hash, taken.idx, taken.charge, cost.max(1));
+        (taken.decision, receipt.map(|receipt| Charge { receipt, owner: self.owner() }))
+    }
+
+    /// [`peek_with`](Self::peek_with) at a limit of `limit` for this call, as
+    /// [`take_within`](Self::take_within) decides: the key's state as it is, taking nothing.
+    ///
+    /// # Panics
+    ///
+    /// If `id` was registered with another limiter.
+    pub fn peek_within(&self, key: &K, id: &PolicyId, cost: u32, limit: u32) -> Decision {
+        self.check_owner(id.owner);
+        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
+        let Some(within) = self.within(pinned, limit) else { return self.peek_with(key, id, cost) };
+        let hash = self.hasher.hash_one(key);
+        let now = self.floor.now(&self.clock);
+        with_store!(self, store => store.peek(&within, hash, now, cost.max(1)))
+    }
+
+    /// The pinned slot's policy at `limit`, if it is a fixed window.
+    fn within<'a>(&self, pinned: Pinned<'a>, limit: u32) -> Option<Within<'a>> {
+        let algorithm = pinned.registry.algorithm(pinned.idx)?.within(limit)?;
+        Some(Within { pinned, algorithm })
     }
 
     /// [`peek_n`](Self::peek_n) under the registered policy `id`: the key's state as it is,

@@ -105,6 +105,35 @@ impl Policies for Pinned<'_> {
     }
 }
 
+/// [`Pinned`], with the pinned slot's fixed window decided at a lower limit for one call
+/// (`KeyedLimiter::take_within`): `algorithm` is the slot's own with the call's limit, on the
+/// same state words, so a key converted to the slot, stored or refunded under it reads the same
+/// under either.
+pub(crate) struct Within<'a> {
+    pub(crate) pinned: Pinned<'a>,
+    pub(crate) algorithm: Algorithm,
+}
+
+impl Policies for Within<'_> {
+    #[inline(always)]
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        if idx == self.pinned.idx { Some(&self.algorithm) } else { self.pinned.algorithm(idx) }
+    }
+    fn previous(&self, idx: u8) -> Option<&Algorithm> {
+        self.pinned.previous(idx)
+    }
+    fn resolve(&self, fp: u64) -> (u8, u32) {
+        self.pinned.resolve(fp)
+    }
+    fn still(&self, idx: u8, word: u32) -> bool {
+        self.pinned.still(idx, word)
+    }
+    #[inline(always)]
+    fn wants(&self, idx: u8) -> bool {
+        self.pinned.wants(idx)
+    }
+}
+
 /// Positions below this are in the arena's first, inline array: a decision on them costs what
 /// an array of policies would (a limiter gets further only after 256 distinct policies).
 const INLINE: u32 = 256;
