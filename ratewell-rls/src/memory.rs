@@ -2,27 +2,30 @@
 //! whose keys are decided under the limit their rule or override names, all or nothing across
 //! a request's descriptors.
 //!
-//! Each distinct limit (`requests_per_unit` per `unit`) is a policy registered with the table
-//! ([`KeyedLimiter::register`]): `fixed-window limit=N window=<unit>`, its windows aligned on the
-//! clock's zero, which [`EpochClock`](crate::clock::EpochClock) puts on the Unix epoch. A
-//! request charges its descriptors in order ([`KeyedLimiter::take_with`]); if the request is
-//! denied, every charge is taken back ([`KeyedLimiter::refund`]) before it answers.
+//! Each distinct window (a `unit`, times `unit_multiplier`) is one policy registered with the
+//! table ([`KeyedLimiter::register`]): `fixed-window limit=4294967295 window=<unit>`, its
+//! windows aligned on the clock's zero, which [`EpochClock`](crate::clock::EpochClock) puts on
+//! the Unix epoch. Every limit of that window, configured or sent as an override, is decided on
+//! it at its own `requests_per_unit`, chosen per call ([`KeyedLimiter::take_within`]): so a
+//! configuration may hold as many distinct limits as it has rules, and overrides are bounded by
+//! memory only. A limit that names a ratewell `policy` is a policy of its own. A request charges
+//! its descriptors in order; if the request is denied, every charge is taken back
+//! ([`KeyedLimiter::refund`]) before it answers.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Policy, PolicyId, Resume};
 
 use crate::config::RateLimitConfig;
 use crate::proto::{Entry, Unit};
 
-/// The most distinct limits one configuration may use: each takes a policy slot of the table
-/// (255 in all), and a reload holds the old configuration's and the new one's at once.
-pub const MAX_CONFIG_LIMITS: usize = 100;
-/// The most distinct limit overrides (`requests_per_unit` per `unit` sent by Envoy) held at
-/// once; one no request uses any more is dropped when a new one needs its place.
-pub const MAX_OVERRIDE_LIMITS: usize = 50;
+/// The most distinct windows (`unit` times `unit_multiplier`) and named `policy` limits one
+/// configuration may use: each takes a policy slot of the table (255 in all), and a reload holds
+/// the old configuration's and the new one's at once. Limits that differ only in
+/// `requests_per_unit` share their window's slot: their number is not bounded.
+pub const MAX_CONFIG_POLICIES: usize = 100;
 
 /// A limit as a store decides it: so many requests per unit (or per several units), as a fixed
 /// window, or as the ratewell policy the configuration names.
@@ -56,7 +59,8 @@ impl Quota {
     }
 
     /// The engine's policy for it: the named one, or `fixed-window limit=N window=Ws` (`None`
-    /// for 0 requests or an unknown unit).
+    /// for 0 requests or an unknown unit). The memory store decides the fixed windows on its
+    /// [`window_policy`] instead, at `N` per call.
     pub fn engine_policy(&self) -> Option<Policy> {
         if let Some(text) = &self.policy {
             return text.parse().ok();
@@ -68,6 +72,12 @@ impl Quota {
         let text = format!("fixed-window limit={} window={seconds}s", self.requests_per_unit);
         text.parse().ok()
     }
+}
+
+/// The one policy every fixed window of `seconds` is decided on, at each limit's own
+/// `requests_per_unit` ([`KeyedLimiter::take_within`]).
+pub fn window_policy(seconds: u64) -> Option<Policy> {
+    format!("fixed-window limit={} window={seconds}s", u32::MAX).parse().ok()
 }
 
 /// A policy registered with the table, released when the last configuration (or override
@@ -85,18 +95,43 @@ impl<C: Clock> Drop for Registered<C> {
     }
 }
 
-/// What deciding one check took: its key, its registration (`None` for a limit of 0), and its
-/// charge if it was charged.
-type Taken<C> = (u64, Option<Arc<Registered<C>>>, Option<Charge>);
+/// What deciding one check took: its key, its registration (`None` for a limit of 0), its
+/// charge if it was charged, and the limit it was decided at per call.
+type Taken<C> = (u64, Option<Arc<Registered<C>>>, Option<Charge>, Option<u32>);
 
-/// The policies of one loaded configuration, registered with the store's table.
+/// A key's state as it is, at the limit `within` (else its policy's own).
+fn peek<C: Clock>(
+    table: &KeyedLimiter<u64, C>,
+    key: &u64,
+    id: &PolicyId,
+    within: Option<u32>,
+) -> ratewell::Decision {
+    match within {
+        Some(limit) => table.peek_within(key, id, 1, limit),
+        None => table.peek_with(key, id, 1),
+    }
+}
+
+/// The policies of one loaded configuration, registered with the store's table: one per
+/// window (by its length in nanoseconds), and one per limit naming a `policy`.
 pub struct Prepared<C: Clock> {
+    windows: HashMap<u64, Arc<Registered<C>>>,
     policies: HashMap<Quota, Arc<Registered<C>>>,
 }
 
 impl<C: Clock> std::fmt::Debug for Prepared<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prepared").field("limits", &self.policies.len()).finish()
+        f.debug_struct("Prepared")
+            .field("windows", &self.windows.len())
+            .field("policies", &self.policies.len())
+            .finish()
+    }
+}
+
+impl<C: Clock> Prepared<C> {
+    /// Policy slots the configuration holds: its windows and its named policies.
+    pub fn slots(&self) -> usize {
+        self.windows.len() + self.policies.len()
     }
 }
 
@@ -165,8 +200,6 @@ impl Outcome {
 /// Why the store could not decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
-    /// More distinct limit overrides are in use at once than [`MAX_OVERRIDE_LIMITS`].
-    TooManyOverrides,
     /// A limit the table cannot register (a unit of `UNKNOWN`, or no slot free).
     Unregistrable(String),
     /// The Redis server did not decide: down, too slow, or answering what the script does not.
@@ -176,10 +209,6 @@ pub enum StoreError {
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::TooManyOverrides => write!(
-                f,
-                "more than {MAX_OVERRIDE_LIMITS} distinct limit overrides are in use at once"
-            ),
             StoreError::Unregistrable(why) => write!(f, "{why}"),
             StoreError::Redis(why) => write!(f, "redis: {why}"),
         }
@@ -248,7 +277,10 @@ pub struct MemoryStore<C: Clock> {
     seeds: [u64; 4],
     /// The capacity asked for (a restore builds its tables alike).
     capacity: usize,
-    overrides: Mutex<HashMap<Quota, Arc<Registered<C>>>>,
+    /// Every window registered, shared by the configurations and the overrides that use it.
+    windows: Mutex<HashMap<u64, Weak<Registered<C>>>>,
+    /// The windows of the overrides seen (one per unit: a handful), kept registered.
+    overrides: Mutex<HashMap<u64, Arc<Registered<C>>>>,
 }
 
 impl<C: Clock + Clone> std::fmt::Debug for MemoryStore<C> {
@@ -274,6 +306,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
             hasher: hasher_of(seeds),
             seeds,
             capacity,
+            windows: Mutex::new(HashMap::new()),
             overrides: Mutex::new(HashMap::new()),
         })
     }
@@ -412,16 +445,17 @@ impl<C: Clock + Clone> MemoryStore<C> {
         h.finish()
     }
 
+    /// The registration a limit naming a `policy` is decided on (`None`: the limit names none).
     fn register(&self, quota: &Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
-        let Some(policy) = quota.engine_policy() else {
-            if quota.window_ns().is_none() {
-                return Err(StoreError::Unregistrable(format!(
-                    "a limit of {} per {} has no window",
-                    quota.requests_per_unit,
-                    quota.unit.name()
-                )));
-            }
+        if quota.policy.is_none() {
             return Ok(None);
+        }
+        let Some(policy) = quota.engine_policy() else {
+            return Err(StoreError::Unregistrable(format!(
+                "a limit of {} per {} has no policy",
+                quota.requests_per_unit,
+                quota.unit.name()
+            )));
         };
         let table = match policy.parameters() {
             ratewell::Parameters::SlidingLog { .. } => &self.logs,
@@ -429,6 +463,30 @@ impl<C: Clock + Clone> MemoryStore<C> {
         };
         let id = table.register(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?;
         Ok(Some(Arc::new(Registered { table: table.clone(), id: Some(id) })))
+    }
+
+    /// The registration the fixed windows of `quota`'s length are decided on: the one already
+    /// registered while anything holds it, else a new one.
+    fn window(&self, quota: &Quota) -> Result<(u64, Arc<Registered<C>>), StoreError> {
+        let no_window = || {
+            StoreError::Unregistrable(format!(
+                "a limit of {} per {} has no window",
+                quota.requests_per_unit,
+                quota.unit.name()
+            ))
+        };
+        let window = quota.window_ns().ok_or_else(no_window)?;
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = windows.get(&window).and_then(Weak::upgrade) {
+            return Ok((window, r));
+        }
+        let policy = window_policy(window / 1_000_000_000).ok_or_else(no_window)?;
+        let id =
+            self.table.register(&policy).map_err(|e| StoreError::Unregistrable(e.to_string()))?;
+        let registered = Arc::new(Registered { table: self.table.clone(), id: Some(id) });
+        windows.retain(|_, r| r.strong_count() > 0);
+        windows.insert(window, Arc::downgrade(&registered));
+        Ok((window, registered))
     }
 
     /// A check's key: its descriptor's ([`key`](Self::key)), and for a descriptor's further
@@ -441,44 +499,77 @@ impl<C: Clock + Clone> MemoryStore<C> {
         self.hasher.hash_one((key, check.nth))
     }
 
-    /// Register every limit of `config`, or say why not (more than [`MAX_CONFIG_LIMITS`]
-    /// distinct ones).
+    /// Register every window and named policy of `config`, or say why not (more than
+    /// [`MAX_CONFIG_POLICIES`] of them).
     pub fn prepare(&self, config: &RateLimitConfig) -> Result<Prepared<C>, String> {
-        let mut policies = HashMap::new();
+        let (mut windows, mut policies) = (HashMap::new(), HashMap::new());
+        let too_many = || {
+            format!(
+                "a configuration may use at most {MAX_CONFIG_POLICIES} distinct windows (unit and unit_multiplier) and limits naming a policy"
+            )
+        };
         for quota in config.limits().into_iter().filter(|l| !l.unlimited).flat_map(quotas) {
-            if policies.contains_key(&quota) {
-                continue;
-            }
-            if policies.len() == MAX_CONFIG_LIMITS {
-                return Err(format!(
-                    "a configuration may use at most {MAX_CONFIG_LIMITS} distinct limits (requests_per_unit, unit, unit_multiplier and policy)"
-                ));
-            }
-            if let Some(registered) = self.register(&quota).map_err(|e| e.to_string())? {
-                policies.insert(quota, registered);
+            if quota.policy.is_some() {
+                if policies.contains_key(&quota) {
+                    continue;
+                }
+                if windows.len() + policies.len() == MAX_CONFIG_POLICIES {
+                    return Err(too_many());
+                }
+                if let Some(registered) = self.register(&quota).map_err(|e| e.to_string())? {
+                    policies.insert(quota, registered);
+                }
+            } else if quota.window_ns().is_some_and(|w| !windows.contains_key(&w)) {
+                if windows.len() + policies.len() == MAX_CONFIG_POLICIES {
+                    return Err(too_many());
+                }
+                let (window, registered) = self.window(&quota).map_err(|e| e.to_string())?;
+                windows.insert(window, registered);
             }
         }
-        Ok(Prepared { policies })
+        Ok(Prepared { windows, policies })
     }
 
-    /// The registration of an override's limit: held in a bounded cache, from which one no
-    /// request holds is dropped when a new one needs room.
-    fn override_policy(&self, quota: &Quota) -> Result<Option<Arc<Registered<C>>>, StoreError> {
+    /// The window an override's limit is decided on: its unit's, kept registered once seen
+    /// (overrides name a unit, and no multiplier: a handful in all).
+    fn override_window(&self, quota: &Quota) -> Result<Arc<Registered<C>>, StoreError> {
+        let window = quota.window_ns().unwrap_or(0);
+        if let Some(r) = self.overrides.lock().unwrap_or_else(|e| e.into_inner()).get(&window) {
+            return Ok(r.clone());
+        }
+        let (window, registered) = self.window(quota)?;
         let mut overrides = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = overrides.get(quota) {
-            return Ok(Some(r.clone()));
+        Ok(overrides.entry(window).or_insert(registered).clone())
+    }
+
+    /// The registration `check`'s limit is decided on (`None` for a limit of 0 requests), and
+    /// the limit to decide at per call (`None`: the registered policy's own).
+    fn registration(
+        &self,
+        prepared: &Prepared<C>,
+        quota: &Quota,
+    ) -> Result<Option<(Arc<Registered<C>>, Option<u32>)>, StoreError> {
+        if quota.policy.is_some() {
+            return match prepared.policies.get(quota) {
+                Some(r) => Ok(Some((r.clone(), None))),
+                None => self.register(quota).map(|r| r.map(|r| (r, None))),
+            };
         }
-        if overrides.len() >= MAX_OVERRIDE_LIMITS {
-            overrides.retain(|_, r| Arc::strong_count(r) > 1);
-            if overrides.len() >= MAX_OVERRIDE_LIMITS {
-                return Err(StoreError::TooManyOverrides);
-            }
+        if quota.requests_per_unit == 0 {
+            // Nothing is counted for it; only its window must be one.
+            quota.window_ns().ok_or_else(|| {
+                StoreError::Unregistrable(format!(
+                    "a limit of 0 per {} has no window",
+                    quota.unit.name()
+                ))
+            })?;
+            return Ok(None);
         }
-        let registered = self.register(quota)?;
-        if let Some(r) = &registered {
-            overrides.insert(quota.clone(), r.clone());
+        let within = Some(quota.requests_per_unit);
+        match quota.window_ns().and_then(|w| prepared.windows.get(&w)) {
+            Some(r) => Ok(Some((r.clone(), within))),
+            None => Ok(Some((self.override_window(quota)?, within))),
         }
-        Ok(registered)
     }
 
     /// Decide `checks` at one instant, all or nothing: each is charged in turn; then, if the
@@ -498,20 +589,18 @@ impl<C: Clock + Clone> MemoryStore<C> {
         let mut taken: Vec<Taken<C>> = Vec::with_capacity(checks.len());
         let now = self.table.clock().now();
         for check in checks {
-            let registered = match prepared.policies.get(&check.quota) {
-                Some(r) => Some(r.clone()),
-                None => match self.override_policy(&check.quota) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // Nothing of an undecided request stays charged.
-                        for (_, registered, charge) in taken {
-                            if let (Some(r), Some(charge)) = (registered, charge) {
-                                r.table.refund(charge);
-                            }
+            let (registered, within) = match self.registration(prepared, &check.quota) {
+                Ok(Some((r, within))) => (Some(r), within),
+                Ok(None) => (None, None),
+                Err(e) => {
+                    // Nothing of an undecided request stays charged.
+                    for (_, registered, charge, _) in taken {
+                        if let (Some(r), Some(charge)) = (registered, charge) {
+                            r.table.refund(charge);
                         }
-                        return Err(e);
                     }
-                },
+                    return Err(e);
+                }
             };
             let key = self.check_key(domain, check);
             let window = check.quota.window_ns().unwrap_or(1);
@@ -521,7 +610,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
             else {
                 // No requests at all: any cost is over, and nothing is counted.
                 out.push(Outcome::zero(check.cost, window_reset));
-                taken.push((key, registered, None));
+                taken.push((key, registered, None, within));
                 continue;
             };
             // A fixed window resets at its end; another policy when the key is full again.
@@ -529,24 +618,27 @@ impl<C: Clock + Clone> MemoryStore<C> {
                 if check.quota.policy.is_none() { window_reset } else { d.reset_after_ns() }
             };
             let (d, charge, over) = match u32::try_from(check.cost) {
-                Ok(0) => (table.peek_with(&key, id, 1), None, false),
+                Ok(0) => (peek(table, &key, id, within), None, false),
                 Ok(cost) => {
-                    let (d, charge) = table.take_with(&key, id, cost);
+                    let (d, charge) = match within {
+                        Some(limit) => table.take_within(&key, id, cost, limit),
+                        None => table.take_with(&key, id, cost),
+                    };
                     let over = charge.is_none();
                     (d, charge, over)
                 }
                 // More than any limit holds: over, and nothing taken.
-                Err(_) => (table.peek_with(&key, id, 1), None, true),
+                Err(_) => (peek(table, &key, id, within), None, true),
             };
             let outcome = Outcome::of(&d, check.cost, charge.is_some(), over, reset(&d));
             out.push(outcome);
-            taken.push((key, registered, charge));
+            taken.push((key, registered, charge, within));
         }
         let items = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
         let denied = denied(items, extra_quota);
         if denied {
             let mut refunded = false;
-            for (_, registered, charge) in &mut taken {
+            for (_, registered, charge, _) in &mut taken {
                 if let (Some(r), Some(charge)) = (registered.as_ref(), charge.take()) {
                     r.table.refund(charge);
                     refunded = true;
@@ -555,12 +647,12 @@ impl<C: Clock + Clone> MemoryStore<C> {
             // Each reports what its key had before the request: read again once the charges
             // are back (a descriptor decided after a charge on its own key saw that charge).
             if refunded {
-                for (((key, registered, _), outcome), check) in
+                for (((key, registered, _, within), outcome), check) in
                     taken.iter().zip(out.iter_mut()).zip(checks)
                 {
                     if let Some(r) = registered {
                         if let Some(id) = r.id.as_ref() {
-                            let d = r.table.peek_with(key, id, 1);
+                            let d = peek(&r.table, key, id, *within);
                             outcome.remaining = d.remaining();
                             if check.quota.policy.is_some() {
                                 outcome.reset_ns = d.reset_after_ns();

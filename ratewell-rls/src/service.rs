@@ -124,9 +124,6 @@ impl From<ServiceError> for tonic::Status {
         match &e {
             ServiceError::Request(m) => tonic::Status::unknown(*m),
             ServiceError::Invalid(m) => tonic::Status::invalid_argument(m.clone()),
-            ServiceError::Store(StoreError::TooManyOverrides) => {
-                tonic::Status::resource_exhausted(e.to_string())
-            }
             ServiceError::Store(_) => tonic::Status::unavailable(e.to_string()),
         }
     }

@@ -198,30 +198,24 @@ async fn empty_descriptors() {
     assert_eq!(counter(&h, |s| &s.service_error), 1);
 }
 
-/// TestCacheError: the store cannot decide. The Go case's cache fails on Redis; the memory
-/// store fails when a request holds more distinct limit overrides than it keeps at once. The
-/// answer is an error, counted as the store's (`redis_error`), and nothing was charged.
+/// TestCacheError: the store cannot decide. The Go case's cache fails on Redis; here the Redis
+/// store's server is down (a loopback port nobody listens on). The answer is an error
+/// (`UNAVAILABLE`, as `REDIS_FAILOVER=error` answers), counted as the store's (`redis_error`).
 #[tokio::test]
 async fn cache_error() {
-    let mut h = Harness::start(&[("different.yaml", DIFFERENT_DOMAIN)], &[], NOW).await;
-    let mut req = request("different-domain", &[&[("foo", "bar")]], 1);
-    let template = req.descriptors[0].clone();
-    req.descriptors = (0..=ratewell_rls::memory::MAX_OVERRIDE_LIMITS as u32)
-        .map(|i| {
-            let mut d = template.clone();
-            d.limit = Some(ratewell_rls::proto::RateLimitOverride {
-                requests_per_unit: 100 + i,
-                unit: Unit::Minute as i32,
-            });
-            d
-        })
-        .collect();
-    let e = h.call(req).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("127.0.0.1:{port}");
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_TIMEOUT", "200ms"),
+    ];
+    let mut h = Harness::start(&[("different.yaml", DIFFERENT_DOMAIN)], &env, NOW).await;
+    let e = h.call(request("different-domain", &[&[("foo", "bar")]], 1)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     assert_eq!(counter(&h, |s| &s.redis_error), 1);
-    // foo_bar was charged by none of them.
-    let r = h.call(request("different-domain", &[&[("foo", "bar")]], 1)).await.unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 9);
+    assert_eq!(counter(&h, |s| &s.service_error), 0);
 }
 
 /// TestInitialLoadError: a configuration refused at start leaves none loaded.
