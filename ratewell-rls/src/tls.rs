@@ -719,6 +719,25 @@ mod tests {
         assert!(err.contains("GRPC_CLIENT_TLS_SAN"), "{err}");
     }
 
+    fn pem_encode(label: &str, der: &[u8]) -> String {
+        const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut text = String::new();
+        for chunk in der.chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    text.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    text.push('=');
+                }
+            }
+        }
+        let lines: Vec<&str> =
+            text.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap()).collect();
+        format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+    }
+
     #[test]
     fn file_errors_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -754,6 +773,17 @@ mod tests {
         std::fs::write(&key, one.signing_key.serialize_pem()).unwrap();
         let tls = settings.load().unwrap();
         assert!(matches!(tls.reload(), Ok(false)));
+
+        // The same P-256 key as SEC1 (`EC PRIVATE KEY`): ring's PKCS#8 wraps it at a fixed
+        // offset (version, algorithm, then an OCTET STRING of 0x6d bytes).
+        let pkcs8 = one.signing_key.serialize_der();
+        assert_eq!(pkcs8[27..29], [0x04, 0x6d], "the PKCS#8 layout assumed: {:02x?}", &pkcs8[..29]);
+        let sec1 = PrivateKeyDer::Sec1(pkcs8[29..].to_vec().into());
+        let sec1_pem = pem_encode("EC PRIVATE KEY", sec1.secret_der());
+        std::fs::write(&key, sec1_pem).unwrap();
+        std::fs::write(&cert, one.cert.pem()).unwrap();
+        assert!(settings.load().is_ok());
+        std::fs::write(&key, one.signing_key.serialize_pem()).unwrap();
 
         // A client CA file with a key in it, not a certificate.
         let ca = dir.path().join("ca.crt");
