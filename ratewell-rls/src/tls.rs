@@ -44,7 +44,8 @@
 //! accepted connection keeps file reads off the accept path and independent of the connection
 //! rate: a flood of connections does not multiply them. A failed build (a half-written file, a
 //! key that does not match the certificate yet) keeps the last good configuration, and is
-//! reported once until the files change again; the next poll retries.
+//! reported once: again only when the error differs, or after the files were usable (or back
+//! as loaded) in between. Every poll retries.
 //!
 //! A new configuration applies to connections accepted after it; connections already open keep
 //! the session they negotiated.
