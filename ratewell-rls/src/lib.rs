@@ -5,7 +5,9 @@
 //! - [`config`]: the YAML files (one per domain), checked with the Go service's error messages,
 //!   and the lookup of a request descriptor's limit (exact values, wildcards in configuration
 //!   order, key-only defaults; statistics keys with `detailed_metric`, `value_to_metric` and
-//!   `share_threshold`).
+//!   `share_threshold`);
+//! - [`tls`]: TLS and mutual TLS on the gRPC server, with the certificate files re-read when
+//!   they change.
 //!
 //! `tests/go_config.rs` ports envoyproxy/ratelimit's `test/config` suite case for case, with its
 //! fixtures; the crate README lists each case and every difference.
@@ -24,3 +26,4 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod tls;
