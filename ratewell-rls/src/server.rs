@@ -30,6 +30,18 @@ use crate::stats::StatsCollector;
 /// The gRPC service's name, as health checks ask for it.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
+/// The name the Go service registers its health under (`src/server/server_impl.go`), the one
+/// Envoy's `grpc_health_check` with `service_name: ratelimit` asks for.
+pub const HEALTH_NAME: &str = "ratelimit";
+
+/// How long a stop waits for the gRPC requests in flight, below Kubernetes' default grace
+/// period of 30 s before SIGKILL: streams still open then (a health watch) are cut.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Every name gRPC health answers for: the server as a whole (`""`), the Go service's name,
+/// and the rate limit service's own.
+const HEALTH_NAMES: [&str; 3] = ["", HEALTH_NAME, SERVICE_NAME];
+
 /// Log `message` at `level` if the settings' level lets it through.
 fn log(settings: &Settings, level: LogLevel, message: impl std::fmt::Display) {
     if level >= settings.log_level {
@@ -73,14 +85,34 @@ pub struct Running<C: Clock + Clone> {
     /// The service, for tests and embedding.
     pub service: Arc<RateLimitService<C>>,
     stop: watch::Sender<bool>,
+    /// The gRPC server's own stop, sent first: it finishes the requests in flight.
+    grpc_stop: watch::Sender<bool>,
+    grpc_task: Option<JoinHandle<()>>,
+    /// Set once stopping: health answers NOT_SERVING and `/healthcheck` 500 from then on.
+    draining: Arc<std::sync::atomic::AtomicBool>,
+    reporter: tonic_health::server::HealthReporter,
     tasks: Vec<JoinHandle<()>>,
     /// `STATE_FILE`, written once more when the service stops.
     state: Option<(std::path::PathBuf, Arc<Settings>)>,
 }
 
 impl<C: Clock + Clone> Running<C> {
-    /// Stop every listener and the watch, and wait for them; then write `STATE_FILE`.
-    pub async fn stop(self) {
+    /// Stop as the Go service stops on SIGTERM: health turns NOT_SERVING (gRPC, every name) and
+    /// `/healthcheck` answers 500 at once; the gRPC server stops taking connections and finishes
+    /// the requests in flight (for at most [`DRAIN_TIMEOUT`]); then every other listener and the watch stop, and `STATE_FILE`
+    /// is written.
+    pub async fn stop(mut self) {
+        self.draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        for name in HEALTH_NAMES {
+            self.reporter.set_service_status(name, ServingStatus::NotServing).await;
+        }
+        let _ = self.grpc_stop.send(true);
+        if let Some(mut task) = self.grpc_task.take() {
+            // Bounded: a stream that never ends (a health watch) must not hold the exit.
+            if tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -140,11 +172,17 @@ fn memory_store<C: Clock + Clone>(
     Ok(store)
 }
 
-/// Whether the service reports itself healthy: a configuration is in force (with
-/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, one with at least one domain).
-fn healthy<C: Clock + Clone>(service: &RateLimitService<C>, settings: &Settings) -> bool {
+/// Whether the service reports itself healthy: not stopping, and a configuration is in force
+/// (with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, one with at least one domain).
+fn healthy<C: Clock + Clone>(
+    service: &RateLimitService<C>,
+    settings: &Settings,
+    draining: &std::sync::atomic::AtomicBool,
+) -> bool {
     let (loaded, has_domains) = service.config_state();
-    loaded && (!settings.healthy_with_config || has_domains)
+    !draining.load(std::sync::atomic::Ordering::SeqCst)
+        && loaded
+        && (!settings.healthy_with_config || has_domains)
 }
 
 /// Start the service on `settings`' addresses (port 0 takes a free one), deciding on `clock`.
@@ -161,6 +199,8 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         ),
     };
     let service = Arc::new(RateLimitService::with_store(settings.service.clone(), store));
+    // Always said, whatever LOG_LEVEL: which store decides is what an operator must know.
+    eprintln!("ratewell-rls: {}", settings.backend);
     for notice in &settings.notices {
         log(&settings, LogLevel::Warn, notice);
     }
@@ -175,11 +215,19 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     }
 
     let (stop, stopped) = watch::channel(false);
+    let (grpc_stop, grpc_stopped) = watch::channel(false);
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (reporter, health) = tonic_health::server::health_reporter();
     let status = |ok: bool| if ok { ServingStatus::Serving } else { ServingStatus::NotServing };
-    let initially = status(healthy(&service, &settings));
-    reporter.set_service_status("", initially).await;
-    reporter.set_service_status(SERVICE_NAME, initially).await;
+    let initially = status(healthy(&service, &settings, &draining));
+    for name in HEALTH_NAMES {
+        reporter.set_service_status(name, initially).await;
+    }
+    // Read before a listener is bound: a bad certificate stops the start, as in Go.
+    let tls = match &settings.tls {
+        Some(tls) => Some(tls.load().map_err(|e| std::io::Error::other(format!("TLS: {e}")))?),
+        None => None,
+    };
 
     let grpc_listener = TcpListener::bind(settings.grpc).await?;
     let http_listener = TcpListener::bind(settings.http).await?;
@@ -195,6 +243,10 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         prometheus: prometheus_listener.as_ref().map(TcpListener::local_addr).transpose()?,
         service: service.clone(),
         stop,
+        grpc_stop,
+        grpc_task: None,
+        draining: draining.clone(),
+        reporter: reporter.clone(),
         tasks: Vec::new(),
         state: settings.state_file.clone().map(|path| (path, Arc::new(settings.clone()))),
     };
@@ -218,22 +270,33 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         .tcp_nodelay(true)
         .add_service(health)
         .add_service(RateLimitServiceServer::new(Handler(service.clone())));
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-    let until = stopped_signal(stopped.clone());
-    running.tasks.push(tokio::spawn(async move {
-        let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
-    }));
+    let until = stopped_signal(grpc_stopped);
+    running.grpc_task = Some(match tls {
+        Some(tls) => {
+            let logged = settings.clone();
+            let incoming =
+                crate::tls::incoming(grpc_listener, tls, move |level, m| log(&logged, level, m));
+            tokio::spawn(async move {
+                let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
+            })
+        }
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+            tokio::spawn(async move {
+                let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
+            })
+        }
+    });
 
+    let app_state = (service.clone(), Arc::new(settings.clone()), draining.clone());
     let app = Router::new()
         .route("/healthcheck", get(healthcheck::<C>))
         .route("/json", post(json::<C>))
-        .with_state((service.clone(), Arc::new(settings.clone())));
+        .with_state(app_state.clone());
     running.tasks.push(serve(http_listener, app, stopped.clone()));
 
-    let debug = Router::new()
-        .route("/rlconfig", get(rlconfig::<C>))
-        .with_state((service.clone(), Arc::new(settings.clone())));
+    let debug = Router::new().route("/rlconfig", get(rlconfig::<C>)).with_state(app_state);
     running.tasks.push(serve(debug_listener, debug, stopped.clone()));
 
     if let (Some(listener), Some((_, path))) = (prometheus_listener, &settings.prometheus) {
@@ -247,6 +310,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     // The watch: reload on change, and report health as it follows.
     let watched = service.clone();
     let mut stopped_watch = stopped.clone();
+    let watch_draining = draining.clone();
     running.tasks.push(tokio::spawn(async move {
         let mut was = initially;
         loop {
@@ -256,10 +320,11 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
             }
             // A few small files read at each interval: short enough to stay on this task.
             load_counted(&watched, &settings, &mut last);
-            let now = status(healthy(&watched, &settings));
+            let now = status(healthy(&watched, &settings, &watch_draining));
             if now != was {
-                reporter.set_service_status("", now).await;
-                reporter.set_service_status(SERVICE_NAME, now).await;
+                for name in HEALTH_NAMES {
+                    reporter.set_service_status(name, now).await;
+                }
                 was = now;
             }
         }
@@ -323,12 +388,12 @@ fn serve(listener: TcpListener, app: Router, stopped: watch::Receiver<bool>) -> 
     })
 }
 
-type AppState<C> = (Arc<RateLimitService<C>>, Arc<Settings>);
+type AppState<C> = (Arc<RateLimitService<C>>, Arc<Settings>, Arc<std::sync::atomic::AtomicBool>);
 
 async fn healthcheck<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, settings)): State<AppState<C>>,
+    State((service, settings, draining)): State<AppState<C>>,
 ) -> Response {
-    if healthy(&service, &settings) {
+    if healthy(&service, &settings, &draining) {
         (StatusCode::OK, "OK").into_response()
     } else {
         StatusCode::INTERNAL_SERVER_ERROR.into_response()
@@ -336,7 +401,7 @@ async fn healthcheck<C: Clock + Clone + Send + Sync + 'static>(
 }
 
 async fn json<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, settings)): State<AppState<C>>,
+    State((service, settings, _)): State<AppState<C>>,
     body: Bytes,
 ) -> Response {
     let request = match crate::json::request(&body) {
@@ -360,7 +425,7 @@ async fn json<C: Clock + Clone + Send + Sync + 'static>(
 }
 
 async fn rlconfig<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, _)): State<AppState<C>>,
+    State((service, _, _)): State<AppState<C>>,
 ) -> String {
     service.dump_config()
 }

@@ -42,11 +42,11 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
         "GRPC_MAX_CONNECTION_AGE_GRACE",
         Support::Ignored("connections are kept until the client closes them"),
     ),
-    ("GRPC_SERVER_USE_TLS", Support::Refused("TLS is not supported: terminate it in a sidecar")),
-    ("GRPC_SERVER_TLS_CERT", Support::Ignored("TLS is not supported")),
-    ("GRPC_SERVER_TLS_KEY", Support::Ignored("TLS is not supported")),
-    ("GRPC_CLIENT_TLS_CACERT", Support::Ignored("TLS is not supported")),
-    ("GRPC_CLIENT_TLS_SAN", Support::Ignored("TLS is not supported")),
+    ("GRPC_SERVER_USE_TLS", Support::Supported),
+    ("GRPC_SERVER_TLS_CERT", Support::Supported),
+    ("GRPC_SERVER_TLS_KEY", Support::Supported),
+    ("GRPC_CLIENT_TLS_CACERT", Support::Supported),
+    ("GRPC_CLIENT_TLS_SAN", Support::Supported),
     ("LOG_LEVEL", Support::Supported),
     ("LOG_FORMAT", Support::Ignored("logs are plain text lines on standard error")),
     ("CONFIG_TYPE", Support::Refused("only CONFIG_TYPE=FILE is supported (no xDS configuration)")),
@@ -214,6 +214,10 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
 /// The variables this service adds.
 pub const OWN_VARIABLES: &[(&str, &str)] = &[
     (
+        "GRPC_SERVER_TLS_CA_CERT",
+        "Envoy Gateway's name for the client CA (the Go service reads none by it): read as GRPC_CLIENT_TLS_CACERT when that is not set, so a client without a certificate from it is refused",
+    ),
+    (
         "MEMORY_CAPACITY",
         "keys the memory store holds (16 bytes each, allocated at start; default 1000000)",
     ),
@@ -278,6 +282,10 @@ pub struct Settings {
     pub grpc: SocketAddr,
     /// `DEBUG_HOST:DEBUG_PORT`: `/rlconfig`.
     pub debug: SocketAddr,
+    /// `GRPC_SERVER_USE_TLS`: TLS on the gRPC server, mutual with a client CA.
+    pub tls: Option<crate::tls::ServerTls>,
+    /// Which store decides, and why, for the startup log line.
+    pub backend: String,
     /// `PROMETHEUS_ADDR` and `PROMETHEUS_PATH` when `USE_PROMETHEUS`.
     pub prometheus: Option<(SocketAddr, String)>,
     /// The configuration directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
@@ -460,6 +468,16 @@ fn redis_settings(e: &Env<'_>) -> Result<RedisSettings, SettingsError> {
     Ok(RedisSettings { urls, cluster, timeout, prefix: e.string("CACHE_KEY_PREFIX", "") })
 }
 
+/// `url` without its password, for a log line.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// Percent-encode what a URL's user information cannot hold as is.
 fn url_escape(s: &str) -> String {
     let mut out = String::new();
@@ -478,7 +496,15 @@ impl Settings {
     pub fn from_env(env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
         let e = Env(env);
         let mut notices = Vec::new();
-        let backend = e.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
+        // The Go service's default is redis; here a bare start decides in process, and an
+        // environment that names a Redis server (REDIS_URL) without BACKEND_TYPE decides there.
+        let (backend, why) = match e.get("BACKEND_TYPE").filter(|b| !b.is_empty()) {
+            Some(b) => (b.to_ascii_lowercase(), "BACKEND_TYPE"),
+            None if e.get("REDIS_URL").is_some_and(|u| !u.is_empty()) => {
+                ("redis".to_owned(), "REDIS_URL is set and BACKEND_TYPE is not")
+            }
+            None => ("memory".to_owned(), "the default: BACKEND_TYPE and REDIS_URL are not set"),
+        };
         let redis = match backend.as_str() {
             "memory" => {
                 for name in REDIS_ONLY {
@@ -562,12 +588,22 @@ impl Settings {
             );
         }
         let state_file = state_file.filter(|_| redis.is_none());
+        let backend = match &redis {
+            None => format!("deciding in process (BACKEND_TYPE=memory: {why})"),
+            Some(r) => format!(
+                "deciding on Redis at {} (BACKEND_TYPE=redis: {why})",
+                r.urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let tls = crate::tls::ServerTls::from_env(env).map_err(SettingsError)?;
         let runtime_dir = PathBuf::from(e.string("RUNTIME_SUBDIRECTORY", ""))
             .join(e.string("RUNTIME_APPDIRECTORY", "config"));
         Ok(Settings {
             http: e.addr("HOST", "PORT", ("0.0.0.0", 8080))?,
             grpc: e.addr("GRPC_HOST", "GRPC_PORT", ("0.0.0.0", 8081))?,
             debug: e.addr("DEBUG_HOST", "DEBUG_PORT", ("0.0.0.0", 6070))?,
+            tls,
+            backend,
             prometheus,
             runtime_root: PathBuf::from(e.string("RUNTIME_ROOT", "/srv/runtime_data/current")),
             runtime_dir,
@@ -631,7 +667,8 @@ pub fn help() -> String {
         }
     }
     out.push_str(
-        "\nBACKEND_TYPE: memory (the default here) or redis (envoyproxy/ratelimit's default).\n",
+        "\nBACKEND_TYPE: memory or redis (envoyproxy/ratelimit's default); unset, redis when\n\
+         REDIS_URL is set, else memory.\n",
     );
     out
 }
@@ -716,6 +753,27 @@ mod tests {
         let e =
             Settings::from_env(&env(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "x")])).unwrap();
         assert_eq!(e.notices, ["REDIS_URL is ignored: BACKEND_TYPE is memory"]);
+    }
+
+    #[test]
+    fn the_backend_follows_the_go_default_where_a_redis_is_named() {
+        let s = Settings::from_env(&env(&[])).unwrap();
+        assert!(s.redis.is_none());
+        assert!(s.backend.starts_with("deciding in process"), "{}", s.backend);
+        let s = Settings::from_env(&env(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.redis.svc:6379"),
+            ("REDIS_AUTH", "secret"),
+        ]))
+        .unwrap();
+        assert_eq!(s.redis.unwrap().urls, ["redis://:secret@redis.redis.svc:6379"]);
+        assert_eq!(
+            s.backend,
+            "deciding on Redis at redis://***@redis.redis.svc:6379 (BACKEND_TYPE=redis: REDIS_URL is set and BACKEND_TYPE is not)"
+        );
+        let s =
+            Settings::from_env(&env(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "x:1")])).unwrap();
+        assert!(s.redis.is_none() && s.backend.contains("BACKEND_TYPE=memory: BACKEND_TYPE"));
     }
 
     #[test]

@@ -19,11 +19,15 @@
 //!
 //! Envoy Gateway writes the client CA as `GRPC_SERVER_TLS_CA_CERT` (envoyproxy/gateway
 //! `internal/infrastructure/kubernetes/ratelimit/resource.go`), a name the Go service does not
-//! read: there the Go service serves TLS without asking for client certificates. This module
-//! reads the names the Go service reads, so it behaves the same under the same environment.
+//! read: there the Go service serves TLS without asking for client certificates, though Envoy
+//! Gateway gives Envoy a client certificate for it. This module reads that name too, as the
+//! client CA when `GRPC_CLIENT_TLS_CACERT` is not set: under Envoy Gateway's environment the
+//! server asks for a client certificate from that CA and refuses a client without one.
 //!
 //! # Differences from the Go service
 //!
+//! - `GRPC_SERVER_TLS_CA_CERT` (Envoy Gateway's name) is read as the client CA, which the Go
+//!   service ignores: mutual TLS where Envoy Gateway means it.
 //! - Go's client CA pool is the system's roots plus the file (`utils.TlsConfigFromFiles` starts
 //!   from `x509.SystemCertPool()`), so there any public CA's client certificate passes. Here only
 //!   the file's CAs are trusted.
@@ -186,9 +190,10 @@ impl ServerTls {
         };
         let cert = required("GRPC_SERVER_TLS_CERT", "the server's certificate chain, PEM")?;
         let key = required("GRPC_SERVER_TLS_KEY", "the server's private key, PEM")?;
-        let client_ca = match get("GRPC_CLIENT_TLS_CACERT") {
-            "" => None,
-            v => Some(PathBuf::from(v)),
+        // Go's name, else Envoy Gateway's (which the Go service does not read).
+        let client_ca = match (get("GRPC_CLIENT_TLS_CACERT"), get("GRPC_SERVER_TLS_CA_CERT")) {
+            ("", "") => None,
+            ("", v) | (v, _) => Some(PathBuf::from(v)),
         };
         let client_san = match get("GRPC_CLIENT_TLS_SAN") {
             "" => None,
@@ -687,15 +692,19 @@ mod tests {
     }
 
     #[test]
-    fn envoy_gateways_ca_name_is_not_the_go_services() {
-        // Envoy Gateway's deployment: the Go service reads no client CA from it.
-        let e = env(&[
+    fn envoy_gateways_ca_name_is_read_after_the_go_services() {
+        // Envoy Gateway's deployment: its name for the client CA (which Go ignores) is read.
+        let mut pairs = vec![
             ("GRPC_SERVER_USE_TLS", "true"),
             ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
             ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
             ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
-        ]);
-        assert_eq!(ServerTls::from_env(&e).unwrap().unwrap().client_ca, None);
+        ];
+        let ca =
+            |pairs: &[(&str, &str)]| ServerTls::from_env(&env(pairs)).unwrap().unwrap().client_ca;
+        assert_eq!(ca(&pairs).as_deref(), Some(Path::new("/certs/ca.crt")));
+        pairs.push(("GRPC_CLIENT_TLS_CACERT", "/go/ca.crt"));
+        assert_eq!(ca(&pairs).as_deref(), Some(Path::new("/go/ca.crt")), "Go's name first");
     }
 
     #[test]

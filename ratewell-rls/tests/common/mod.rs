@@ -173,7 +173,7 @@ pub fn response(code: Code, statuses: Vec<DescriptorStatus>) -> RateLimitRespons
 
 /// The `ratewell-rls` binary, started with `env` on free loopback ports; killed when dropped.
 pub struct Binary {
-    child: std::process::Child,
+    pub child: std::process::Child,
     pub grpc: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
     pub debug: std::net::SocketAddr,
