@@ -24,3 +24,4 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod statsd;
