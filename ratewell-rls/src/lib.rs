@@ -26,4 +26,5 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod statsd;
 pub mod tls;

@@ -266,7 +266,7 @@ impl<C: Clock + Clone> RateLimitService<C> {
             }
             Ok(_) => {}
         }
-        self.stats.response_time.observe(start.elapsed().as_secs_f64());
+        self.stats.response_time.record(start.elapsed());
         result
     }
 

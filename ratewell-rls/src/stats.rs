@@ -15,22 +15,33 @@
 //! | `ratelimit_service_total_requests` | `grpc_method` | `ShouldRateLimit` calls |
 //! | `ratelimit_service_response_time_seconds` | `grpc_method` | their time to answer (histogram) |
 //!
+//! | `ratelimit_service_response_time_samples_dropped` | | response-time samples the statsd sink could not keep (see [`ResponseTime`]) |
+//!
+//! The statistics keys are passed through [`sanitize_stat_name`] as the Go service passes them
+//! (`manager_impl.go`'s `NewStats`), before they are counted: `:` and `|` become `_`, and so do
+//! the dots of an IPv4 address (`remote_address_10.0.0.1` is `remote_address_10_0_0_1`, one
+//! level), for `/metrics` and statsd alike.
+//!
 //! The per-rule labels are the rule's statistics key split at its dots, as the mapper splits
 //! it: `domain`, then the first two levels (`key1`, `key2`; deeper levels are summed into the
 //! second, and a one-level key has no `key2`). The counters are exposed as the Go service's
-//! exporter exposes them, under their plain names without OpenMetrics' `_total` suffix (their
-//! `TYPE` is `unknown`), so that its dashboards read them unchanged.
+//! exporter (statsd_exporter's, through client_golang) exposes them: `TYPE counter`, under their
+//! plain names without the `_total` suffix, so that its dashboards read them unchanged.
+//! [`Stats::prometheus_text`] writes the page in Prometheus's text format 0.0.4
+//! ([`PROMETHEUS_CONTENT_TYPE`]); `promtool check metrics` parses it, and lints only the missing
+//! `_total` suffixes, as it lints the Go service's page.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
 
 /// The default bound on distinct statistics keys (`MAX_STATS_KEYS`).
 pub const DEFAULT_MAX_STATS_KEYS: usize = 10_000;
@@ -110,10 +121,201 @@ impl RuleLabels {
     }
 }
 
+/// A statistics key as envoyproxy/ratelimit's `utils.SanitizeStatName` writes it: `:` and `|`
+/// become `_`, then so does every dot of each IPv4-like run (`\d{1,3}(\.\d{1,3}){3}`, matched
+/// leftmost-first and without overlap, as Go's `regexp.ReplaceAllStringFunc` matches it).
+///
+/// # Examples
+///
+/// ```
+/// use ratewell_rls::stats::sanitize_stat_name;
+/// assert_eq!(sanitize_stat_name("edge.remote_address_10.0.0.1"), "edge.remote_address_10_0_0_1");
+/// assert_eq!(sanitize_stat_name("d.path_/a:b|c"), "d.path_/a_b_c");
+/// assert_eq!(sanitize_stat_name("d.k_v"), "d.k_v");
+/// ```
+pub fn sanitize_stat_name(key: &str) -> Cow<'_, str> {
+    let bytes = key.as_bytes();
+    let mut first_ip = None;
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some(end) = ipv4_at(bytes, at) {
+            first_ip = Some((at, end));
+            break;
+        }
+        at += 1;
+    }
+    if first_ip.is_none() && !bytes.iter().any(|b| matches!(b, b':' | b'|')) {
+        return Cow::Borrowed(key);
+    }
+    sanitize_slow(key)
+}
+
+#[cold]
+fn sanitize_slow(key: &str) -> Cow<'_, str> {
+    // Only ASCII bytes are replaced by ASCII bytes: the result stays UTF-8.
+    let mut out: Vec<u8> =
+        key.bytes().map(|b| if matches!(b, b':' | b'|') { b'_' } else { b }).collect();
+    let mut at = 0;
+    while at < out.len() {
+        match ipv4_at(&out, at) {
+            Some(end) => {
+                for b in &mut out[at..end] {
+                    if *b == b'.' {
+                        *b = b'_';
+                    }
+                }
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+    Cow::Owned(String::from_utf8(out).unwrap_or_else(|e| e.to_string()))
+}
+
+/// The end of the match of `\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}` starting at `at`, with the
+/// backtracking order (greedy repeats first) that RE2's leftmost-first match follows.
+fn ipv4_at(bytes: &[u8], at: usize) -> Option<usize> {
+    fn group(bytes: &[u8], at: usize, left: u8) -> Option<usize> {
+        let run = bytes[at.min(bytes.len())..].iter().take(3).take_while(|b| b.is_ascii_digit());
+        for n in (1..=run.count()).rev() {
+            let end = at + n;
+            if left == 0 {
+                return Some(end);
+            }
+            if bytes.get(end) == Some(&b'.') {
+                if let Some(done) = group(bytes, end + 1, left - 1) {
+                    return Some(done);
+                }
+            }
+        }
+        None
+    }
+    group(bytes, at, 3)
+}
+
+/// The upper bounds of the Prometheus histogram's buckets, in seconds.
+const BUCKETS: [f64; 12] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+/// Response times kept exactly for statsd, one counter per whole millisecond: 0 to 9,999 ms
+/// (80 KiB). Ten seconds is 500 times Envoy's default 20 ms timeout for the rate limit call.
+pub const EXACT_MS: usize = 10_000;
+/// Samples of 10 s or more kept one by one until the statsd sink's next flush.
+const SLOW_SLOTS: usize = 256;
+
+/// The response time of `ShouldRateLimit`, recorded without locks or allocation: the
+/// Prometheus histogram (`ratelimit_service_response_time_seconds`), and for statsd the
+/// samples in whole milliseconds as the Go service sends them (`time.Since(start).Milliseconds()`,
+/// truncated).
+///
+/// Design: the Go service sends one `…response_time:<ms>|ms` line per request. Every sample under
+/// [`EXACT_MS`] is counted in a fixed array indexed by its millisecond (one relaxed
+/// `fetch_add`); the sink sends each index's growth since its last flush as that many lines, so
+/// none is lost however many requests come between two flushes (a bounded queue would have to
+/// drop samples at any rate above its capacity per interval). Slower samples take one of 256
+/// slots (a compare-exchange from a moving cursor); when every slot is full until the next
+/// flush, the sample is dropped and counted ([`ResponseTime::dropped`]). Nothing ever blocks.
+///
+/// Orderings: each counter and each slot is a whole value of its own that publishes no other
+/// memory, so every access is `Relaxed`.
+#[derive(Debug)]
+pub struct ResponseTime {
+    /// Samples per histogram bucket (not cumulative); the last one is `+Inf`.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+    per_ms: Box<[AtomicU64]>,
+    /// A slow sample's milliseconds plus one; 0 is an empty slot.
+    slow: Box<[AtomicU64]>,
+    slow_next: AtomicUsize,
+    dropped: AtomicU64,
+}
+
+impl Default for ResponseTime {
+    fn default() -> Self {
+        ResponseTime {
+            buckets: Default::default(),
+            sum_ns: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            per_ms: (0..EXACT_MS).map(|_| AtomicU64::new(0)).collect(),
+            slow: (0..SLOW_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            slow_next: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ResponseTime {
+    /// Record one request's time to answer.
+    pub fn record(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        let bucket = BUCKETS.iter().position(|b| secs <= *b).unwrap_or(BUCKETS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX - 1);
+        match usize::try_from(ms).ok().and_then(|i| self.per_ms.get(i)) {
+            Some(c) => {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            None => self.record_slow(ms),
+        }
+    }
+
+    #[cold]
+    fn record_slow(&self, ms: u64) {
+        let from = self.slow_next.fetch_add(1, Ordering::Relaxed);
+        let value = ms.saturating_add(1);
+        for k in 0..SLOW_SLOTS {
+            let slot = &self.slow[(from + k) % SLOW_SLOTS];
+            if slot.compare_exchange(0, value, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                return;
+            }
+        }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Slow samples (10 s or more) dropped for statsd because all 256 slots were full until
+    /// the sink's next flush (or no sink drains them). The Prometheus histogram has them all.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The samples of each whole millisecond under [`EXACT_MS`] so far (index: milliseconds).
+    pub(crate) fn per_ms(&self) -> impl Iterator<Item = u64> + '_ {
+        self.per_ms.iter().map(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Take the slow samples kept since the last call, in milliseconds.
+    pub(crate) fn take_slow(&self, mut each: impl FnMut(u64)) {
+        for slot in self.slow.iter() {
+            let value = slot.swap(0, Ordering::Relaxed);
+            if value != 0 {
+                each(value - 1);
+            }
+        }
+    }
+
+    /// The histogram: per-bucket counts (the last `+Inf`), the sum in seconds, the count.
+    fn histogram(&self) -> ([u64; BUCKETS.len() + 1], f64, u64) {
+        let buckets = std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed));
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        (buckets, sum, self.count.load(Ordering::Relaxed))
+    }
+}
+
+/// The content type of [`Stats::prometheus_text`]: Prometheus's text format 0.0.4.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// The service's statistics.
 #[derive(Debug)]
 pub struct Stats {
-    rules: RwLock<HashMap<String, Arc<RuleStats>>>,
+    rules: RwLock<HashMap<Arc<str>, Arc<RuleStats>>>,
     max_keys: usize,
     overflow: AtomicU64,
     /// Configurations loaded.
@@ -128,15 +330,42 @@ pub struct Stats {
     pub redis_error: AtomicU64,
     /// `ShouldRateLimit` calls.
     pub total_requests: AtomicU64,
-    /// Their time to answer, in seconds.
-    pub response_time: Histogram,
+    /// Their time to answer.
+    pub response_time: ResponseTime,
+}
+
+/// The per-rule families: name, help, and which counter of [`RuleStats`] (in
+/// [`RuleStats::load`]'s order).
+const RULE_FAMILIES: [(&str, &str); 5] = [
+    ("ratelimit_service_rate_limit_total_hits", "Hits decided per rule."),
+    ("ratelimit_service_rate_limit_over_limit", "Hits over the limit per rule."),
+    ("ratelimit_service_rate_limit_near_limit", "Hits near the limit per rule."),
+    ("ratelimit_service_rate_limit_within_limit", "Hits within the limit per rule."),
+    ("ratelimit_service_rate_limit_shadow_mode", "Hits over the limit of shadow rules."),
+];
+
+/// The statsd suffixes of the per-rule counters, in [`RuleStats::load`]'s order
+/// (`manager_impl.go`'s `NewStats`).
+pub(crate) const RULE_SUFFIXES: [&str; 5] =
+    ["total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"];
+
+impl RuleStats {
+    /// The counters now: total, over, near, within, shadow.
+    pub fn load(&self) -> [u64; 5] {
+        [
+            &self.total_hits,
+            &self.over_limit,
+            &self.near_limit,
+            &self.within_limit,
+            &self.shadow_mode,
+        ]
+        .map(|c| c.load(Ordering::Relaxed))
+    }
 }
 
 impl Stats {
     /// Statistics for at most `max_keys` distinct rule keys.
     pub fn new(max_keys: usize) -> Self {
-        let buckets =
-            [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
         Stats {
             rules: RwLock::new(HashMap::new()),
             max_keys,
@@ -147,33 +376,36 @@ impl Stats {
             service_error: AtomicU64::new(0),
             redis_error: AtomicU64::new(0),
             total_requests: AtomicU64::new(0),
-            response_time: Histogram::new(buckets),
+            response_time: ResponseTime::default(),
         }
     }
 
-    /// The counters of the rule whose statistics key is `full_key`: its own while fewer than
-    /// the bound are in use (and the key is at most 1 KiB), else the domain's overflow counters
-    /// (counted in `ratelimit_service_rate_limit_stats_overflow`).
+    /// The counters of the rule whose statistics key is `full_key` (sanitised first, with
+    /// [`sanitize_stat_name`]): its own while fewer than the bound are in use (and the key is at
+    /// most 1 KiB), else the domain's overflow counters (counted in
+    /// `ratelimit_service_rate_limit_stats_overflow`).
     pub fn rule(&self, full_key: &str) -> Arc<RuleStats> {
+        let key = sanitize_stat_name(full_key);
+        let key = key.as_ref();
         let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = rules.get(full_key) {
+        if let Some(r) = rules.get(key) {
             return r.clone();
         }
         drop(rules);
         let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = rules.get(full_key) {
+        if let Some(r) = rules.get(key) {
             return r.clone();
         }
-        if full_key.len() <= MAX_STATS_KEY_LEN && rules.len() < self.max_keys {
+        if key.len() <= MAX_STATS_KEY_LEN && rules.len() < self.max_keys {
             let r = Arc::new(RuleStats::default());
-            rules.insert(full_key.to_owned(), r.clone());
+            rules.insert(Arc::from(key), r.clone());
             return r;
         }
         self.overflow.fetch_add(1, Ordering::Relaxed);
-        let domain = full_key.split('.').next().unwrap_or_default();
+        let domain = key.split('.').next().unwrap_or_default();
         let domain = if domain.len() <= MAX_STATS_KEY_LEN { domain } else { OVERFLOW_KEY };
-        let key = format!("{domain}.{OVERFLOW_KEY}");
-        rules.entry(key).or_default().clone()
+        let overflow: Arc<str> = Arc::from(format!("{domain}.{OVERFLOW_KEY}"));
+        rules.entry(overflow).or_default().clone()
     }
 
     /// Distinct rule keys counted now (at most the bound, plus one overflow key per domain).
@@ -186,111 +418,206 @@ impl Stats {
         self.overflow.load(Ordering::Relaxed)
     }
 
-    /// A rule's counters, if it has its own (for tests and `/stats`).
+    /// A rule's counters, if it has its own (for tests and `/stats`); `full_key` is sanitised
+    /// as [`Stats::rule`] sanitises it.
     pub fn get(&self, full_key: &str) -> Option<Arc<RuleStats>> {
-        self.rules.read().unwrap_or_else(|e| e.into_inner()).get(full_key).cloned()
+        let key = sanitize_stat_name(full_key);
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).get(key.as_ref()).cloned()
+    }
+
+    /// Every rule's (sanitised) key and counters; the lock is held only to clone the `Arc`s.
+    pub(crate) fn rules(&self) -> Vec<(Arc<str>, Arc<RuleStats>)> {
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        rules.iter().map(|(k, r)| (k.clone(), r.clone())).collect()
+    }
+
+    /// The rules' counters summed per label set (the default mapper's), sorted by labels.
+    fn labelled_rules(&self) -> Vec<(RuleLabels, [u64; 5])> {
+        let mut summed: HashMap<RuleLabels, [u64; 5]> = HashMap::new();
+        for (key, r) in self.rules() {
+            let into = summed.entry(RuleLabels::of(&key)).or_default();
+            for (to, from) in into.iter_mut().zip(r.load()) {
+                *to = to.wrapping_add(from);
+            }
+        }
+        let mut rules: Vec<_> = summed.into_iter().collect();
+        rules.sort_by(|a, b| {
+            (&a.0.domain, &a.0.key1, &a.0.key2).cmp(&(&b.0.domain, &b.0.key1, &b.0.key2))
+        });
+        rules
+    }
+
+    /// The `/metrics` page in Prometheus's text format 0.0.4 ([`PROMETHEUS_CONTENT_TYPE`]),
+    /// with the names, labels and types of the Go service's Prometheus exporter (the table in
+    /// this module's documentation).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell_rls::stats::Stats;
+    /// let stats = Stats::new(100);
+    /// stats.rule("edge.remote_address_10.0.0.1").count(1, 0, 5, 4, false, false);
+    /// let page = stats.prometheus_text();
+    /// assert!(page.contains("# TYPE ratelimit_service_rate_limit_total_hits counter\n"));
+    /// assert!(page.contains(
+    ///     "ratelimit_service_rate_limit_total_hits{domain=\"edge\",key1=\"remote_address_10_0_0_1\"} 1\n"
+    /// ));
+    /// ```
+    pub fn prometheus_text(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let rules = self.labelled_rules();
+        for (i, (name, help)) in RULE_FAMILIES.iter().enumerate() {
+            describe(&mut out, name, help, "counter");
+            for (labels, counts) in &rules {
+                let mut set = vec![("domain", labels.domain.as_str()), ("key1", &labels.key1)];
+                if let Some(key2) = &labels.key2 {
+                    set.push(("key2", key2));
+                }
+                sample(&mut out, name, &set, counts[i]);
+            }
+        }
+        let plain: [(&str, &str, u64); 5] = [
+            (
+                "ratelimit_service_rate_limit_stats_overflow",
+                "Decisions counted under an overflow key: the bound on statistics keys was reached.",
+                self.overflowed(),
+            ),
+            (
+                "ratelimit_service_config_load_success",
+                "Configurations loaded.",
+                self.config_load_success.load(Ordering::Relaxed),
+            ),
+            (
+                "ratelimit_service_config_load_error",
+                "Configurations refused (the one loaded before stays).",
+                self.config_load_error.load(Ordering::Relaxed),
+            ),
+            (
+                "ratelimit_service_global_shadow_mode",
+                "Requests over the limit answered OK by the global SHADOW_MODE.",
+                self.global_shadow_mode.load(Ordering::Relaxed),
+            ),
+            (
+                "ratelimit_service_response_time_samples_dropped",
+                "Response-time samples of 10 s or more the statsd sink could not keep.",
+                self.response_time.dropped(),
+            ),
+        ];
+        for (name, help, value) in plain {
+            describe(&mut out, name, help, "counter");
+            sample(&mut out, name, &[], value);
+        }
+        let name = "ratelimit_service_should_rate_limit_error";
+        describe(&mut out, name, "Requests answered with an error.", "counter");
+        for (kind, value) in
+            [("service_error", &self.service_error), ("redis_error", &self.redis_error)]
+        {
+            sample(&mut out, name, &[("err_type", kind)], value.load(Ordering::Relaxed));
+        }
+        let method = [("grpc_method", "ShouldRateLimit")];
+        let name = "ratelimit_service_total_requests";
+        describe(&mut out, name, "ShouldRateLimit calls.", "counter");
+        sample(&mut out, name, &method, self.total_requests.load(Ordering::Relaxed));
+        let name = "ratelimit_service_response_time_seconds";
+        describe(&mut out, name, "Time to answer ShouldRateLimit.", "histogram");
+        let (buckets, sum, count) = self.response_time.histogram();
+        let mut cumulative = 0u64;
+        for (i, n) in buckets.iter().enumerate() {
+            cumulative += n;
+            let le = BUCKETS.get(i).map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+            let set = [method[0], ("le", le.as_str())];
+            sample(&mut out, "ratelimit_service_response_time_seconds_bucket", &set, cumulative);
+        }
+        let _ = writeln!(out, "{name}_sum{{grpc_method=\"ShouldRateLimit\"}} {sum}");
+        sample(&mut out, "ratelimit_service_response_time_seconds_count", &method, count);
+        out
     }
 }
 
-/// The collector that encodes a [`Stats`] at each scrape.
+/// A family's `# HELP` and `# TYPE` lines (the help escaped as the text format escapes it).
+fn describe(out: &mut String, name: &str, help: &str, kind: &str) {
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One sample line, its label values escaped as the text format escapes them.
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (label, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(label);
+            out.push_str("=\"");
+            for c in value.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str("\\n"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+/// The collector that encodes a [`Stats`] through prometheus-client's registry, with the
+/// OpenMetrics types `unknown` and `histogram`. Its text is OpenMetrics, which Prometheus's
+/// 0.0.4 parser refuses: serve [`Stats::prometheus_text`] instead; this stays for a registry
+/// that encodes OpenMetrics.
 #[derive(Debug, Clone)]
 pub struct StatsCollector(pub Arc<Stats>);
-
-fn plain(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: &AtomicU64,
-) -> fmt::Result {
-    let metric = encoder.encode_descriptor(name, help, None, MetricType::Unknown)?;
-    ConstGauge::new(value.load(Ordering::Relaxed) as i64).encode(metric)
-}
 
 impl Collector for StatsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let stats = &self.0;
-        let rules: Vec<(RuleLabels, Arc<RuleStats>)> = {
-            let rules = stats.rules.read().unwrap_or_else(|e| e.into_inner());
-            let mut summed: HashMap<RuleLabels, Arc<RuleStats>> = HashMap::new();
-            for (key, r) in rules.iter() {
-                let into = summed.entry(RuleLabels::of(key)).or_default();
-                for (to, from) in [
-                    (&into.total_hits, &r.total_hits),
-                    (&into.over_limit, &r.over_limit),
-                    (&into.near_limit, &r.near_limit),
-                    (&into.within_limit, &r.within_limit),
-                    (&into.shadow_mode, &r.shadow_mode),
-                ] {
-                    to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
-                }
-            }
-            let mut rules: Vec<_> = summed.into_iter().collect();
-            rules.sort_by(|a, b| {
-                (&a.0.domain, &a.0.key1, &a.0.key2).cmp(&(&b.0.domain, &b.0.key1, &b.0.key2))
-            });
-            rules
-        };
-        type Pick = fn(&RuleStats) -> &AtomicU64;
-        let families: [(&str, &str, Pick); 5] = [
-            ("ratelimit_service_rate_limit_total_hits", "Hits decided per rule.", |r| {
-                &r.total_hits
-            }),
-            ("ratelimit_service_rate_limit_over_limit", "Hits over the limit per rule.", |r| {
-                &r.over_limit
-            }),
-            ("ratelimit_service_rate_limit_near_limit", "Hits near the limit per rule.", |r| {
-                &r.near_limit
-            }),
-            ("ratelimit_service_rate_limit_within_limit", "Hits within the limit per rule.", |r| {
-                &r.within_limit
-            }),
-            (
-                "ratelimit_service_rate_limit_shadow_mode",
-                "Hits over the limit of shadow rules.",
-                |r| &r.shadow_mode,
-            ),
-        ];
-        for (name, help, pick) in families {
+        let rules = stats.labelled_rules();
+        for (i, (name, help)) in RULE_FAMILIES.iter().enumerate() {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Unknown)?;
-            for (labels, r) in &rules {
-                let value = pick(r).load(Ordering::Relaxed) as i64;
+            for (labels, counts) in &rules {
+                let value = ConstGauge::new(counts[i] as i64);
                 let (domain, key1) = (labels.domain.as_str(), labels.key1.as_str());
                 match &labels.key2 {
                     Some(key2) => {
                         let set = [("domain", domain), ("key1", key1), ("key2", key2.as_str())];
-                        ConstGauge::new(value).encode(metric.encode_family(&set)?)?;
+                        value.encode(metric.encode_family(&set)?)?;
                     }
-                    None => {
-                        let set = [("domain", domain), ("key1", key1)];
-                        ConstGauge::new(value).encode(metric.encode_family(&set)?)?;
-                    }
+                    None => value
+                        .encode(metric.encode_family(&[("domain", domain), ("key1", key1)])?)?,
                 }
             }
         }
-        plain(
-            &mut encoder,
-            "ratelimit_service_rate_limit_stats_overflow",
-            "Decisions counted under an overflow key: the bound on statistics keys was reached.",
-            &stats.overflow,
-        )?;
-        plain(
-            &mut encoder,
-            "ratelimit_service_config_load_success",
-            "Configurations loaded.",
-            &stats.config_load_success,
-        )?;
-        plain(
-            &mut encoder,
-            "ratelimit_service_config_load_error",
-            "Configurations refused (the one loaded before stays).",
-            &stats.config_load_error,
-        )?;
-        plain(
-            &mut encoder,
-            "ratelimit_service_global_shadow_mode",
-            "Requests over the limit answered OK by the global SHADOW_MODE.",
-            &stats.global_shadow_mode,
-        )?;
+        let plain = [
+            (
+                "ratelimit_service_rate_limit_stats_overflow",
+                "Decisions counted under an overflow key.",
+                &stats.overflow,
+            ),
+            (
+                "ratelimit_service_config_load_success",
+                "Configurations loaded.",
+                &stats.config_load_success,
+            ),
+            (
+                "ratelimit_service_config_load_error",
+                "Configurations refused.",
+                &stats.config_load_error,
+            ),
+            (
+                "ratelimit_service_global_shadow_mode",
+                "Requests answered OK by the global SHADOW_MODE.",
+                &stats.global_shadow_mode,
+            ),
+        ];
+        for (name, help, value) in plain {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Unknown)?;
+            ConstGauge::new(value.load(Ordering::Relaxed) as i64).encode(metric)?;
+        }
         let mut metric = encoder.encode_descriptor(
             "ratelimit_service_should_rate_limit_error",
             "Requests answered with an error.",
@@ -303,13 +630,13 @@ impl Collector for StatsCollector {
             ConstGauge::new(value.load(Ordering::Relaxed) as i64)
                 .encode(metric.encode_family(&[("err_type", kind)])?)?;
         }
+        let method = [("grpc_method", "ShouldRateLimit")];
         let mut metric = encoder.encode_descriptor(
             "ratelimit_service_total_requests",
             "ShouldRateLimit calls.",
             None,
             MetricType::Unknown,
         )?;
-        let method = [("grpc_method", "ShouldRateLimit")];
         ConstGauge::new(stats.total_requests.load(Ordering::Relaxed) as i64)
             .encode(metric.encode_family(&method)?)?;
         let mut metric = encoder.encode_descriptor(
@@ -318,8 +645,10 @@ impl Collector for StatsCollector {
             None,
             MetricType::Histogram,
         )?;
-        stats.response_time.encode(metric.encode_family(&method)?)?;
-        Ok(())
+        let (counts, sum, count) = stats.response_time.histogram();
+        let bounds = BUCKETS.iter().copied().chain([f64::MAX]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(counts).collect();
+        metric.encode_family(&method)?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
     }
 }
 
@@ -359,6 +688,62 @@ mod tests {
         assert_eq!(stats.overflowed(), 2);
         let overflow = stats.get("d._overflow").unwrap();
         assert_eq!(overflow.total_hits.load(Ordering::Relaxed), 10);
+    }
+
+    /// `utils.SanitizeStatName`'s cases, and where the IPv4 rule starts and stops.
+    #[test]
+    fn stat_names_are_sanitised_as_go_sanitises_them() {
+        for (key, want) in [
+            ("edge.remote_address_10.0.0.1", "edge.remote_address_10_0_0_1"),
+            ("d.k_a:b|c", "d.k_a_b_c"),
+            ("d.k_192.168.1.100.path", "d.k_192_168_1_100.path"),
+            // Leftmost-first, greedy: `1234.5.6.7` matches from its second digit.
+            ("d.1234.5.6.7", "d.1234_5_6_7"),
+            ("d.1.2.3.4567", "d.1_2_3_4567"),
+            ("d.1.2.3.4.5.6.7.8", "d.1_2_3_4.5_6_7_8"),
+            ("d.1.2.3", "d.1.2.3"),
+            ("d.1..2.3.4", "d.1..2.3.4"),
+            ("d.1..2.3.4.5", "d.1..2_3_4_5"),
+            ("d.k_ü:1.2.3.4", "d.k_ü_1_2_3_4"),
+            ("plain.key_value", "plain.key_value"),
+        ] {
+            assert_eq!(sanitize_stat_name(key), want, "{key}");
+        }
+        assert!(matches!(sanitize_stat_name("d.k_v"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn rule_keys_are_sanitised_before_they_are_counted() {
+        let stats = Stats::new(10);
+        stats.rule("edge.remote_address_10.0.0.1").total_hits.fetch_add(2, Ordering::Relaxed);
+        stats.rule("edge.remote_address_10_0_0_1").total_hits.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(stats.rule_keys(), 1);
+        assert_eq!(stats.get("edge.remote_address_10_0_0_1").unwrap().load()[0], 3);
+        let l = RuleLabels::of(&stats.rules()[0].0);
+        assert_eq!((l.key1.as_str(), l.key2), ("remote_address_10_0_0_1", None));
+    }
+
+    #[test]
+    fn response_times_are_kept_per_millisecond_and_slow_ones_in_slots() {
+        let t = ResponseTime::default();
+        t.record(Duration::from_micros(300));
+        t.record(Duration::from_micros(1_999));
+        t.record(Duration::from_millis(12_345));
+        let per_ms: Vec<u64> = t.per_ms().take(3).collect();
+        assert_eq!(per_ms, [1, 1, 0]);
+        let mut slow = Vec::new();
+        t.take_slow(|ms| slow.push(ms));
+        assert_eq!(slow, [12_345]);
+        for _ in 0..SLOW_SLOTS + 3 {
+            t.record(Duration::from_secs(11));
+        }
+        assert_eq!(t.dropped(), 3);
+        assert_eq!(t.count(), 3 + SLOW_SLOTS as u64 + 3);
+        let (buckets, _, count) = t.histogram();
+        assert_eq!(
+            (buckets[0], buckets[BUCKETS.len()], count),
+            (0, 1 + SLOW_SLOTS as u64 + 3, t.count())
+        );
     }
 
     #[test]
