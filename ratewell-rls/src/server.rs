@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use prometheus_client::registry::Registry;
 use ratewell::Clock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,7 +24,6 @@ use crate::redis_store::RedisStore;
 use crate::runtime;
 use crate::service::{RateLimitService, Store};
 use crate::settings::{LogLevel, Settings};
-use crate::stats::StatsCollector;
 
 /// The gRPC service's name, as health checks ask for it.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -300,11 +298,12 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     running.tasks.push(serve(debug_listener, debug, stopped.clone()));
 
     if let (Some(listener), Some((_, path))) = (prometheus_listener, &settings.prometheus) {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(StatsCollector(service.stats().clone())));
-        let registry = Arc::new(registry);
-        let app = Router::new().route(path, get(metrics)).with_state(registry);
+        let app = Router::new().route(path, get(metrics)).with_state(service.stats().clone());
         running.tasks.push(serve(listener, app, stopped.clone()));
+    }
+    if let Some(statsd) = settings.statsd.clone() {
+        // Off the decisions' path: a task reads the counters at each flush.
+        running.tasks.push(crate::statsd::spawn(statsd, service.stats().clone(), stopped.clone()));
     }
 
     // The watch: reload on change, and report health as it follows.
@@ -430,10 +429,7 @@ async fn rlconfig<C: Clock + Clone + Send + Sync + 'static>(
     service.dump_config()
 }
 
-async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
-    let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-        Ok(()) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+async fn metrics(State(stats): State<Arc<crate::stats::Stats>>) -> Response {
+    let text = stats.prometheus_text();
+    ([(header::CONTENT_TYPE, crate::stats::PROMETHEUS_CONTENT_TYPE)], text).into_response()
 }

@@ -66,23 +66,14 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Support::Ignored("no xDS configuration")),
     ("XDS_CLIENT_BACKOFF_JITTER", Support::Ignored("no xDS configuration")),
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Support::Ignored("no xDS configuration")),
-    (
-        "USE_DOG_STATSD",
-        Support::Refused("statsd is not supported: statistics are on Prometheus (USE_PROMETHEUS)"),
-    ),
-    ("USE_DOG_STATSD_MOGRIFIERS", Support::Ignored("statsd is not supported")),
-    (
-        "USE_STATSD",
-        Support::Ignored("statsd is not supported: statistics are on Prometheus (USE_PROMETHEUS)"),
-    ),
-    ("STATSD_HOST", Support::Ignored("statsd is not supported")),
-    ("STATSD_PORT", Support::Ignored("statsd is not supported")),
-    ("EXTRA_TAGS", Support::Ignored("statistics carry no extra tags")),
-    ("STATS_FLUSH_INTERVAL", Support::Ignored("statistics are read live at each scrape")),
-    (
-        "DISABLE_STATS",
-        Support::Ignored("statistics are counted always; not serving them is USE_PROMETHEUS=false"),
-    ),
+    ("USE_DOG_STATSD", Support::Supported),
+    ("USE_DOG_STATSD_MOGRIFIERS", Support::Supported),
+    ("USE_STATSD", Support::Supported),
+    ("STATSD_HOST", Support::Supported),
+    ("STATSD_PORT", Support::Supported),
+    ("EXTRA_TAGS", Support::Supported),
+    ("STATS_FLUSH_INTERVAL", Support::Supported),
+    ("DISABLE_STATS", Support::Supported),
     ("USE_PROMETHEUS", Support::Supported),
     ("PROMETHEUS_ADDR", Support::Supported),
     ("PROMETHEUS_PATH", Support::Supported),
@@ -286,6 +277,8 @@ pub struct Settings {
     pub tls: Option<crate::tls::ServerTls>,
     /// Which store decides, and why, for the startup log line.
     pub backend: String,
+    /// `USE_STATSD` (the Go default) or `USE_DOG_STATSD`: where statistics are sent.
+    pub statsd: Option<crate::statsd::StatsdSettings>,
     /// `PROMETHEUS_ADDR` and `PROMETHEUS_PATH` when `USE_PROMETHEUS`.
     pub prometheus: Option<(SocketAddr, String)>,
     /// The configuration directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
@@ -596,6 +589,7 @@ impl Settings {
             ),
         };
         let tls = crate::tls::ServerTls::from_env(env).map_err(SettingsError)?;
+        let statsd = crate::statsd::StatsdSettings::from_env(env).map_err(SettingsError)?;
         let runtime_dir = PathBuf::from(e.string("RUNTIME_SUBDIRECTORY", ""))
             .join(e.string("RUNTIME_APPDIRECTORY", "config"));
         Ok(Settings {
@@ -604,6 +598,7 @@ impl Settings {
             debug: e.addr("DEBUG_HOST", "DEBUG_PORT", ("0.0.0.0", 6070))?,
             tls,
             backend,
+            statsd,
             prometheus,
             runtime_root: PathBuf::from(e.string("RUNTIME_ROOT", "/srv/runtime_data/current")),
             runtime_dir,

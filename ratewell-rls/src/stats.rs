@@ -33,15 +33,10 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::gauge::ConstGauge;
 
 /// The default bound on distinct statistics keys (`MAX_STATS_KEYS`).
 pub const DEFAULT_MAX_STATS_KEYS: usize = 10_000;
@@ -564,92 +559,6 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
         out.push('}');
     }
     let _ = writeln!(out, " {value}");
-}
-
-/// The collector that encodes a [`Stats`] through prometheus-client's registry, with the
-/// OpenMetrics types `unknown` and `histogram`. Its text is OpenMetrics, which Prometheus's
-/// 0.0.4 parser refuses: serve [`Stats::prometheus_text`] instead; this stays for a registry
-/// that encodes OpenMetrics.
-#[derive(Debug, Clone)]
-pub struct StatsCollector(pub Arc<Stats>);
-
-impl Collector for StatsCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let stats = &self.0;
-        let rules = stats.labelled_rules();
-        for (i, (name, help)) in RULE_FAMILIES.iter().enumerate() {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Unknown)?;
-            for (labels, counts) in &rules {
-                let value = ConstGauge::new(counts[i] as i64);
-                let (domain, key1) = (labels.domain.as_str(), labels.key1.as_str());
-                match &labels.key2 {
-                    Some(key2) => {
-                        let set = [("domain", domain), ("key1", key1), ("key2", key2.as_str())];
-                        value.encode(metric.encode_family(&set)?)?;
-                    }
-                    None => value
-                        .encode(metric.encode_family(&[("domain", domain), ("key1", key1)])?)?,
-                }
-            }
-        }
-        let plain = [
-            (
-                "ratelimit_service_rate_limit_stats_overflow",
-                "Decisions counted under an overflow key.",
-                &stats.overflow,
-            ),
-            (
-                "ratelimit_service_config_load_success",
-                "Configurations loaded.",
-                &stats.config_load_success,
-            ),
-            (
-                "ratelimit_service_config_load_error",
-                "Configurations refused.",
-                &stats.config_load_error,
-            ),
-            (
-                "ratelimit_service_global_shadow_mode",
-                "Requests answered OK by the global SHADOW_MODE.",
-                &stats.global_shadow_mode,
-            ),
-        ];
-        for (name, help, value) in plain {
-            let metric = encoder.encode_descriptor(name, help, None, MetricType::Unknown)?;
-            ConstGauge::new(value.load(Ordering::Relaxed) as i64).encode(metric)?;
-        }
-        let mut metric = encoder.encode_descriptor(
-            "ratelimit_service_should_rate_limit_error",
-            "Requests answered with an error.",
-            None,
-            MetricType::Unknown,
-        )?;
-        for (kind, value) in
-            [("service_error", &stats.service_error), ("redis_error", &stats.redis_error)]
-        {
-            ConstGauge::new(value.load(Ordering::Relaxed) as i64)
-                .encode(metric.encode_family(&[("err_type", kind)])?)?;
-        }
-        let method = [("grpc_method", "ShouldRateLimit")];
-        let mut metric = encoder.encode_descriptor(
-            "ratelimit_service_total_requests",
-            "ShouldRateLimit calls.",
-            None,
-            MetricType::Unknown,
-        )?;
-        ConstGauge::new(stats.total_requests.load(Ordering::Relaxed) as i64)
-            .encode(metric.encode_family(&method)?)?;
-        let mut metric = encoder.encode_descriptor(
-            "ratelimit_service_response_time_seconds",
-            "Time to answer ShouldRateLimit.",
-            None,
-            MetricType::Histogram,
-        )?;
-        let (counts, sum, count) = stats.response_time.histogram();
-        let bounds = BUCKETS.iter().copied().chain([f64::MAX]);
-        let buckets: Vec<(f64, u64)> = bounds.zip(counts).collect();
-        metric.encode_family(&method)?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
-    }
 }
 
 #[cfg(test)]
