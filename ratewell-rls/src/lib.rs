@@ -2,8 +2,8 @@
 //! read envoyproxy/ratelimit's configuration as that service reads it:
 //!
 //! - [`proto`]: the service's messages, field for field as Envoy's API declares them;
-//! - [`xds_proto`], [`xds_grpc`]: the xDS configuration stream's messages and its generated
-//!   gRPC client and server;
+//! - [`xds`]: the xDS configuration client (`CONFIG_TYPE=GRPC_XDS_SOTW`), with its messages
+//!   ([`xds_proto`]) and its generated gRPC client ([`xds_grpc`]);
 //! - [`config`]: the YAML files (one per domain), checked with the Go service's error messages,
 //!   and the lookup of a request descriptor's limit (exact values, wildcards in configuration
 //!   order, key-only defaults; statistics keys with `detailed_metric`, `value_to_metric` and
@@ -26,5 +26,6 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod xds;
 pub mod xds_grpc;
 pub mod xds_proto;
