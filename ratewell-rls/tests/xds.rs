@@ -533,3 +533,16 @@ async fn certificates_are_read_at_each_connect() {
     stop(client, stopper).await;
     server.shutdown(vec![stream]).await;
 }
+
+#[tokio::test]
+async fn a_host_name_resolves() {
+    let mut server = AdsServer::bind(None).await;
+    let loader = Arc::new(Loader::default());
+    let mut s = settings(server.addr);
+    s.server_url = format!("localhost:{}", server.addr.port());
+    let (client, stopper) = start(s, &loader);
+    let mut stream = server.stream().await;
+    assert_ack(&stream.request().await, "", "");
+    stop(client, stopper).await;
+    server.shutdown(vec![stream]).await;
+}
