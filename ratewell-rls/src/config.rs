@@ -312,6 +312,20 @@ impl ConfigFile {
         Ok(ConfigFile { name: name.to_owned(), root })
     }
 
+    /// The file an xDS `RateLimitConfig` resource stands for, as envoyproxy/ratelimit's
+    /// `ConfigXdsProtoToYaml` makes it: named by the resource's `name`, each field as the YAML
+    /// key of the same name, the unit by Go's name for its number (`SECOND`; `UNKNOWN` for 0,
+    /// which only an unlimited limit may have; a number the enum does not declare as the number,
+    /// which the load refuses), no `value_to_metric` or `share_threshold` (the resource has
+    /// neither). It is checked when loaded ([`RateLimitConfig::new`]), as a YAML file is.
+    pub fn from_xds(resource: &crate::xds_proto::RateLimitConfig) -> ConfigFile {
+        let root = YamlRoot {
+            domain: resource.domain.clone(),
+            descriptors: resource.descriptors.iter().map(xds_descriptor).collect(),
+        };
+        ConfigFile { name: resource.name.clone(), root }
+    }
+
     /// The file's name (in its errors).
     pub fn name(&self) -> &str {
         &self.name
@@ -473,6 +487,46 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
         remaining = &remaining[at + part.len()..];
     }
     true
+}
+
+fn xds_descriptor(d: &crate::xds_proto::RateLimitDescriptor) -> YamlDescriptor {
+    YamlDescriptor {
+        key: d.key.clone(),
+        value: d.value.clone(),
+        rate_limit: d.rate_limit.as_ref().map(|r| YamlRateLimit {
+            requests_per_unit: r.requests_per_unit,
+            unit: crate::xds_proto::RateLimitUnit::go_name(r.unit),
+            unlimited: r.unlimited,
+            name: r.name.clone(),
+            replaces: r.replaces.iter().map(|r| YamlReplaces { name: r.name.clone() }).collect(),
+            ..YamlRateLimit::default()
+        }),
+        descriptors: d.descriptors.iter().map(xds_descriptor).collect(),
+        shadow_mode: d.shadow_mode,
+        quota_mode: d.quota_mode,
+        detailed_metric: d.detailed_metric,
+        metadata: d
+            .metadata
+            .as_ref()
+            .map(|m| m.fields.iter().map(|(k, v)| (k.clone(), yaml_value(v))).collect()),
+        ..YamlDescriptor::default()
+    }
+}
+
+/// A `google.protobuf.Value` as the YAML value that [`metadata_value`] turns back into it (Go's
+/// `structpb.AsMap`, then `structpb.NewStruct`).
+fn yaml_value(value: &prost_types::Value) -> Value {
+    use prost_types::value::Kind;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => Value::Number((*n).into()),
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => Value::Mapping(
+            s.fields.iter().map(|(k, v)| (Value::String(k.clone()), yaml_value(v))).collect(),
+        ),
+        Some(Kind::ListValue(l)) => Value::Sequence(l.values.iter().map(yaml_value).collect()),
+    }
 }
 
 /// The YAML `metadata` map as a `google.protobuf.Struct` (Go's `structpb.NewStruct` over what

@@ -2,6 +2,8 @@
 //! read envoyproxy/ratelimit's configuration as that service reads it:
 //!
 //! - [`proto`]: the service's messages, field for field as Envoy's API declares them;
+//! - [`xds`]: the xDS configuration client (`CONFIG_TYPE=GRPC_XDS_SOTW`), with its messages
+//!   ([`xds_proto`]) and its generated gRPC client ([`xds_grpc`]);
 //! - [`config`]: the YAML files (one per domain), checked with the Go service's error messages,
 //!   and the lookup of a request descriptor's limit (exact values, wildcards in configuration
 //!   order, key-only defaults; statistics keys with `detailed_metric`, `value_to_metric` and
@@ -28,3 +30,6 @@ pub mod settings;
 pub mod stats;
 pub mod statsd;
 pub mod tls;
+pub mod xds;
+pub mod xds_grpc;
+pub mod xds_proto;
