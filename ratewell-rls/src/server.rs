@@ -203,7 +203,11 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         log(&settings, LogLevel::Warn, notice);
     }
     let mut last = None;
-    load_counted(&service, &settings, &mut last);
+    // Over xDS the directory is not read (as in the Go service): the control plane's
+    // configuration is the whole of it.
+    if settings.xds.is_none() {
+        load_counted(&service, &settings, &mut last);
+    }
     if !settings.force_start && !service.config_state().0 {
         log(
             &settings,
@@ -306,7 +310,25 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         running.tasks.push(crate::statsd::spawn(statsd, service.stats().clone(), stopped.clone()));
     }
 
-    // The watch: reload on change, and report health as it follows.
+    if let Some(xds) = settings.xds.clone() {
+        let (applied, merge) = (service.clone(), settings.merge_domains);
+        // The whole state of the world, loaded as the directory's files are: all or nothing.
+        let apply: crate::xds::XdsApply =
+            Arc::new(move |files| match crate::config::RateLimitConfig::new(&files, merge) {
+                Ok(config) => applied.set_config(config).map_err(|e| e.to_string()),
+                Err(e) => {
+                    applied.config_error();
+                    Err(e.to_string())
+                }
+            });
+        let logged = Arc::new(settings.clone());
+        let log_fn: crate::xds::XdsLog = Arc::new(move |level, line| log(&logged, level, line));
+        let client = crate::xds::spawn(xds, apply, log_fn, stopped.clone());
+        running.tasks.push(client.task);
+    }
+
+    // The watch: reload on change (the directory, unless over xDS), and report health as it
+    // follows.
     let watched = service.clone();
     let mut stopped_watch = stopped.clone();
     let watch_draining = draining.clone();
@@ -318,7 +340,9 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
                 _ = stopped_watch.changed() => return,
             }
             // A few small files read at each interval: short enough to stay on this task.
-            load_counted(&watched, &settings, &mut last);
+            if settings.xds.is_none() {
+                load_counted(&watched, &settings, &mut last);
+            }
             let now = status(healthy(&watched, &settings, &watch_draining));
             if now != was {
                 for name in HEALTH_NAMES {

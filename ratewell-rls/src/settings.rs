@@ -49,23 +49,23 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("GRPC_CLIENT_TLS_SAN", Support::Supported),
     ("LOG_LEVEL", Support::Supported),
     ("LOG_FORMAT", Support::Ignored("logs are plain text lines on standard error")),
-    ("CONFIG_TYPE", Support::Refused("only CONFIG_TYPE=FILE is supported (no xDS configuration)")),
+    ("CONFIG_TYPE", Support::Supported),
     ("FORCE_START_WITHOUT_INITIAL_CONFIG", Support::Supported),
-    ("CONFIG_GRPC_XDS_NODE_ID", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_NODE_METADATA", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_SERVER_URL", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Support::Ignored("no xDS configuration")),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Support::Ignored("no xDS configuration")),
-    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Support::Ignored("no xDS configuration")),
-    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Support::Ignored("no xDS configuration")),
-    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Support::Ignored("no xDS configuration")),
-    ("XDS_CLIENT_BACKOFF_JITTER", Support::Ignored("no xDS configuration")),
-    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Support::Ignored("no xDS configuration")),
+    ("CONFIG_GRPC_XDS_NODE_ID", Support::Supported),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", Support::Supported),
+    ("CONFIG_GRPC_XDS_SERVER_URL", Support::Supported),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Support::Supported),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Support::Supported),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Support::Supported),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Support::Supported),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Support::Supported),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Support::Supported),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Support::Supported),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Support::Supported),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Support::Supported),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Support::Supported),
+    ("XDS_CLIENT_BACKOFF_JITTER", Support::Supported),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Support::Supported),
     ("USE_DOG_STATSD", Support::Supported),
     ("USE_DOG_STATSD_MOGRIFIERS", Support::Supported),
     ("USE_STATSD", Support::Supported),
@@ -246,7 +246,6 @@ const REDIS_ONLY: [&str; 7] = [
 fn harmless(name: &str, value: &str) -> bool {
     let v = value.trim();
     match name {
-        "CONFIG_TYPE" => v.eq_ignore_ascii_case("FILE"),
         "GRPC_UDS" | "PROMETHEUS_MAPPER_YAML" => v.is_empty(),
         _ => v.is_empty() || parse_bool(v) == Some(false),
     }
@@ -277,6 +276,9 @@ pub struct Settings {
     pub tls: Option<crate::tls::ServerTls>,
     /// Which store decides, and why, for the startup log line.
     pub backend: String,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the configuration comes from an xDS control plane, not from
+    /// the directory.
+    pub xds: Option<crate::xds::XdsSettings>,
     /// `USE_STATSD` (the Go default) or `USE_DOG_STATSD`: where statistics are sent.
     pub statsd: Option<crate::statsd::StatsdSettings>,
     /// `PROMETHEUS_ADDR` and `PROMETHEUS_PATH` when `USE_PROMETHEUS`.
@@ -590,6 +592,15 @@ impl Settings {
         };
         let tls = crate::tls::ServerTls::from_env(env).map_err(SettingsError)?;
         let statsd = crate::statsd::StatsdSettings::from_env(env).map_err(SettingsError)?;
+        match e.string("CONFIG_TYPE", "FILE").as_str() {
+            "FILE" | "GRPC_XDS_SOTW" => {}
+            other => {
+                return Err(SettingsError(format!(
+                    "CONFIG_TYPE={other}: FILE (the default) or GRPC_XDS_SOTW"
+                )));
+            }
+        }
+        let xds = crate::xds::XdsSettings::from_env(env).map_err(SettingsError)?;
         let runtime_dir = PathBuf::from(e.string("RUNTIME_SUBDIRECTORY", ""))
             .join(e.string("RUNTIME_APPDIRECTORY", "config"));
         Ok(Settings {
@@ -599,6 +610,7 @@ impl Settings {
             tls,
             backend,
             statsd,
+            xds,
             prometheus,
             runtime_root: PathBuf::from(e.string("RUNTIME_ROOT", "/srv/runtime_data/current")),
             runtime_dir,
@@ -689,7 +701,7 @@ mod tests {
     #[test]
     fn unsupported_variables_are_named() {
         let s = Settings::from_env(&env(&[
-            ("USE_STATSD", "true"),
+            ("REDIS_POOL_SIZE", "10"),
             ("LOCAL_CACHE_SIZE_IN_BYTES", "100"),
         ]))
         .unwrap();
@@ -698,9 +710,11 @@ mod tests {
             s.notices[0].starts_with("LOCAL_CACHE_SIZE_IN_BYTES is ignored")
                 || s.notices[1].starts_with("LOCAL_CACHE_SIZE_IN_BYTES is ignored")
         );
-        let e = Settings::from_env(&env(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])).unwrap_err();
-        assert!(e.0.contains("CONFIG_TYPE=GRPC_XDS_SOTW is not supported"), "{e}");
-        assert!(Settings::from_env(&env(&[("CONFIG_TYPE", "FILE")])).is_ok());
+        let s = Settings::from_env(&env(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])).unwrap();
+        assert_eq!(s.xds.unwrap().server_url, "localhost:18000", "the Go default");
+        let e = Settings::from_env(&env(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")])).unwrap_err();
+        assert_eq!(e.0, "CONFIG_TYPE=GRPC_XDS_DELTA: FILE (the default) or GRPC_XDS_SOTW");
+        assert!(Settings::from_env(&env(&[("CONFIG_TYPE", "FILE")])).unwrap().xds.is_none());
         assert!(Settings::from_env(&env(&[("TRACING_ENABLED", "false")])).is_ok());
         let e = Settings::from_env(&env(&[("BACKEND_TYPE", "memcache")])).unwrap_err();
         assert!(e.0.contains("BACKEND_TYPE=memcache"), "{e}");
