@@ -47,8 +47,11 @@ fn every_call_decides_as_the_model_at_its_limit() {
         clock.set(t);
         let k = (r >> 16) % 200;
         // Most keys keep their limit (1..=25); one call in eight names another.
-        let limit =
-            if (r >> 30) % 8 == 0 { 1 + ((r >> 33) % 5_000) as u32 } else { 1 + (k % 25) as u32 };
+        let limit = if (r >> 30).is_multiple_of(8) {
+            1 + ((r >> 33) % 5_000) as u32
+        } else {
+            1 + (k % 25) as u32
+        };
         let cost = 1 + ((r >> 50) % 4) as u32;
         let model = &mut models[k as usize];
         model.limit = limit.into();

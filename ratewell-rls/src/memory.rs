@@ -99,6 +99,10 @@ impl<C: Clock> Drop for Registered<C> {
 /// charge if it was charged, and the limit it was decided at per call.
 type Taken<C> = (u64, Option<Arc<Registered<C>>>, Option<Charge>, Option<u32>);
 
+/// The registration a check is decided on, and the limit to decide at per call (`None`: the
+/// registered policy's own).
+type Deciding<C> = (Arc<Registered<C>>, Option<u32>);
+
 /// A key's state as it is, at the limit `within` (else its policy's own).
 fn peek<C: Clock>(
     table: &KeyedLimiter<u64, C>,
@@ -548,7 +552,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
         &self,
         prepared: &Prepared<C>,
         quota: &Quota,
-    ) -> Result<Option<(Arc<Registered<C>>, Option<u32>)>, StoreError> {
+    ) -> Result<Option<Deciding<C>>, StoreError> {
         if quota.policy.is_some() {
             return match prepared.policies.get(quota) {
                 Some(r) => Ok(Some((r.clone(), None))),
