@@ -310,12 +310,18 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         running.tasks.push(crate::statsd::spawn(statsd, service.stats().clone(), stopped.clone()));
     }
 
+    // Health follows a configuration put in force at once (over xDS), not at the next tick.
+    let loaded = Arc::new(tokio::sync::Notify::new());
     if let Some(xds) = settings.xds.clone() {
-        let (applied, merge) = (service.clone(), settings.merge_domains);
+        let (applied, merge, notify) = (service.clone(), settings.merge_domains, loaded.clone());
         // The whole state of the world, loaded as the directory's files are: all or nothing.
         let apply: crate::xds::XdsApply =
             Arc::new(move |files| match crate::config::RateLimitConfig::new(&files, merge) {
-                Ok(config) => applied.set_config(config).map_err(|e| e.to_string()),
+                Ok(config) => {
+                    let result = applied.set_config(config);
+                    notify.notify_one();
+                    result
+                }
                 Err(e) => {
                     applied.config_error();
                     Err(e.to_string())
@@ -337,6 +343,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(settings.reload_interval) => {}
+                _ = loaded.notified() => {}
                 _ = stopped_watch.changed() => return,
             }
             // A few small files read at each interval: short enough to stay on this task.
