@@ -1,6 +1,6 @@
 //! The service under load, beside a no-op rate limit service on the same tonic stack.
 //!
-//! `cargo bench -p ratewell-rls --bench load [-- --runs N --seconds S --redis]`
+//! `cargo bench -p ratewell-rls --bench load [-- --runs N --seconds S --redis --statsd --baseline EXE]`
 //!
 //! The bench starts each server as a child process of its own (this program again, with
 //! `--serve`), pinned to core 0 with `taskset` where there is more than one core, and drives it
@@ -10,7 +10,11 @@
 //! - `noop`: the same gRPC stack (the health service beside it) answering every descriptor OK,
 //!   with a status of the service's shape, without deciding anything (the cost of tonic, HTTP/2
 //!   and prost alone);
-//! - `memory`: `ratewell-rls` deciding in process;
+//! - `memory`: `ratewell-rls` deciding in process, without statsd (`USE_STATSD=false`);
+//! - `statsd`: the same with statsd on (with `--statsd`), sending to a UDP listener of the
+//!   bench's own every second (`STATS_FLUSH_INTERVAL=1s`, ten times the Go default's rate);
+//! - `base`: another build's `memory` server (with `--baseline EXE`: that build's `load` bench
+//!   binary, run as `EXE --serve memory ROOT`), to compare two builds side by side;
 //! - `redis`: `ratewell-rls` on a `redis-server` of the bench's own (with `--redis`), beside the
 //!   round trip of a plain `PING` on a raw connection to the same server.
 //!
@@ -74,8 +78,9 @@ impl RateLimitService for Noop {
     }
 }
 
-/// `--serve KIND ROOT [REDIS_URL]`: run one server on a free loopback port, print its address.
-fn serve(kind: &str, root: &str, redis: Option<&str>) {
+/// `--serve KIND ROOT [REDIS_URL | STATSD_PORT]`: run one server on a free loopback port, print
+/// its address.
+fn serve(kind: &str, root: &str, extra: Option<&str>) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let addr = match kind {
@@ -116,9 +121,20 @@ fn serve(kind: &str, root: &str, redis: Option<&str>) {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-                if let Some(url) = redis {
-                    env.insert("BACKEND_TYPE".into(), "redis".into());
-                    env.insert("REDIS_URL".into(), url.into());
+                match (kind, extra) {
+                    ("redis", Some(url)) => {
+                        env.insert("BACKEND_TYPE".into(), "redis".into());
+                        env.insert("REDIS_URL".into(), url.into());
+                    }
+                    ("statsd", Some(port)) => {
+                        env.insert("USE_STATSD".into(), "true".into());
+                        env.insert("STATSD_HOST".into(), "127.0.0.1".into());
+                        env.insert("STATSD_PORT".into(), port.into());
+                        env.insert("STATS_FLUSH_INTERVAL".into(), "1s".into());
+                    }
+                    _ => {
+                        env.insert("USE_STATSD".into(), "false".into());
+                    }
                 }
                 let settings = ratewell_rls::settings::Settings::from_env(&env).unwrap();
                 let clock = ratewell_rls::clock::EpochClock::new();
@@ -159,12 +175,14 @@ impl Drop for Spawned {
     }
 }
 
-fn spawn_server(kind: &str, root: &str, redis: Option<&str>) -> Spawned {
-    let exe = std::env::current_exe().unwrap();
+fn spawn_server(kind: &str, root: &str, extra: Option<&str>, baseline: Option<&str>) -> Spawned {
     let mut cmd = pinned(0);
-    cmd.arg(exe).args(["--serve", kind, root]);
-    if let Some(url) = redis {
-        cmd.arg(url);
+    match (kind, baseline) {
+        ("base", Some(exe)) => cmd.arg(exe).args(["--serve", "memory", root]),
+        _ => cmd.arg(std::env::current_exe().unwrap()).args(["--serve", kind, root]),
+    };
+    if let Some(extra) = extra {
+        cmd.arg(extra);
     }
     let mut child =
         cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("the server starts");
@@ -346,6 +364,20 @@ fn main() {
     let runs = flag("--runs").unwrap_or(5.0) as usize;
     let seconds = flag("--seconds").unwrap_or(2.0);
     let with_redis = args.iter().any(|a| a == "--redis");
+    let with_statsd = args.iter().any(|a| a == "--statsd");
+    let baseline =
+        args.iter().position(|a| a == "--baseline").and_then(|i| args.get(i + 1)).cloned();
+    // The statsd listener: a thread that takes every datagram (so that no send is refused).
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sink_port = sink.local_addr().unwrap().port().to_string();
+    let received = Arc::new(AtomicU64::new(0));
+    let counted = received.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65_536];
+        while let Ok(n) = sink.recv(&mut buf) {
+            counted.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
 
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("ratelimit").join("config");
@@ -359,9 +391,22 @@ fn main() {
     if with_redis {
         kinds.push("redis");
     }
+    if with_statsd {
+        kinds.push("statsd");
+    }
+    if baseline.is_some() {
+        kinds.push("base");
+    }
     let servers: Vec<Spawned> = kinds
         .iter()
-        .map(|&k| spawn_server(k, &root_s, if k == "redis" { redis_url.as_deref() } else { None }))
+        .map(|&k| {
+            let extra = match k {
+                "redis" => redis_url.as_deref(),
+                "statsd" => Some(sink_port.as_str()),
+                _ => None,
+            };
+            spawn_server(k, &root_s, extra, baseline.as_deref())
+        })
         .collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut p50: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
@@ -407,8 +452,20 @@ fn main() {
     let (noop_rps, mem_rps) = (median(rps[0].clone()), median(rps[1].clone()));
     println!("memory / noop p50: {:.3} (bar: at most 1.1)", mem50 / noop50);
     println!("memory / noop throughput: {:.3} (bar: at least 0.9)", mem_rps / noop_rps);
-    if with_redis {
-        let (redis50, ping) = (median(p50[2].clone()), median(ping50.clone()));
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind);
+    if let Some(i) = at("statsd") {
+        let (s50, s_rps) = (median(p50[i].clone()), median(rps[i].clone()));
+        println!("statsd / memory p50: {:.3} (bar: at most 1.05)", s50 / mem50);
+        println!("statsd / memory throughput: {:.3} (bar: at least 0.95)", s_rps / mem_rps);
+        println!("statsd bytes received: {}", received.load(Ordering::Relaxed));
+    }
+    if let Some(i) = at("base") {
+        let (b50, b_rps) = (median(p50[i].clone()), median(rps[i].clone()));
+        println!("memory / base p50: {:.3}", mem50 / b50);
+        println!("memory / base throughput: {:.3}", mem_rps / b_rps);
+    }
+    if let Some(i) = at("redis") {
+        let (redis50, ping) = (median(p50[i].clone()), median(ping50.clone()));
         println!(
             "redis p50 {:.1} us; noop p50 + 1.3 x PING p50 = {:.1} + 1.3 x {:.1} = {:.1} us (bar: redis at most that): {:.3} of it",
             redis50,

@@ -55,16 +55,18 @@ fn main() -> ExitCode {
     })
 }
 
+/// SIGTERM, SIGINT or SIGHUP: the signals the Go service stops on (its runner's).
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
+    match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+        (Ok(mut term), Ok(mut hup)) => {
             tokio::select! {
                 _ = term.recv() => {}
+                _ = hup.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
             }
         }
-        Err(_) => {
+        _ => {
             let _ = tokio::signal::ctrl_c().await;
         }
     }

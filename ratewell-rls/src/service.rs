@@ -102,8 +102,7 @@ pub enum ServiceError {
     /// A request this service bounds or cannot read (gRPC `INVALID_ARGUMENT`): too many
     /// descriptors, an override with an unknown unit.
     Invalid(String),
-    /// The store could not decide (gRPC `UNAVAILABLE`, or `RESOURCE_EXHAUSTED` for too many
-    /// overrides).
+    /// The store could not decide (gRPC `UNAVAILABLE`).
     Store(StoreError),
 }
 

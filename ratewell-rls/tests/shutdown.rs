@@ -1,7 +1,8 @@
 //! Health as Envoy and Kubernetes ask for it, and the stop on SIGTERM, against the binary: gRPC
 //! health answers for `ratelimit` (the Go service's name, which Envoy's `grpc_health_check`
-//! asks for) and for the empty name; on SIGTERM health turns NOT_SERVING and `/healthcheck`
-//! answers 500 while a request in flight finishes, then the process exits 0.
+//! asks for) and for the empty name; SIGHUP stops it as SIGTERM does; on SIGTERM health turns
+//! NOT_SERVING and `/healthcheck` answers 500 while a request in flight finishes, then the
+//! process exits 0.
 
 mod common;
 #[path = "../../ratewell-redis/tests/common/mod.rs"]
@@ -55,6 +56,18 @@ async fn health_answers_for_ratelimit_and_the_empty_name() {
     let e = h.check(HealthCheckRequest { service: "other".into() }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);
     assert!(bin.logged("deciding in process"), "the backend's line");
+    // SIGHUP stops it too, as it stops the Go service (its runner's signals).
+    let pid = bin.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = bin.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the process did not exit on SIGHUP");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
 }
 
 /// A request waits on a stopped Redis server (SIGSTOP) when SIGTERM comes: health turns
