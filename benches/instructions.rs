@@ -16,7 +16,7 @@ use iai_callgrind::{
 };
 use ratewell::{
     KeyedLimiter, Layer, LayerKey, LayeredDecision, LayeredLimiter, Limiter, ManualClock, Nanos,
-    Policy, QuantaClock, State, WordPolicy,
+    Policy, PolicyId, QuantaClock, State, WordPolicy,
 };
 
 /// Decisions in the `x1` run (the `x2` run makes twice as many).
@@ -157,6 +157,37 @@ fn keyed_allow(limiter: KeyedLimiter<u64, ManualClock>, n: u64) {
     });
 }
 
+/// 1,000 keys stored under a registered fixed window at the widest limit, and its id: the
+/// policy named per call (`take_with`) beside the same window at a limit chosen per call
+/// (`take_within`), which one slot serves for any number of distinct limits.
+fn registered_limiter() -> (KeyedLimiter<u64, ManualClock>, PolicyId) {
+    let l = KeyedLimiter::with_clock(&policy(GCRA), 8 * N as usize, ManualClock::new(0));
+    let id = l.register(&policy("fixed-window limit=4294967295 window=1h")).expect("registered");
+    for k in 0..N {
+        l.take_with(&k, &id, 1);
+    }
+    assert_eq!((l.metrics().keys, l.metrics().evictions), (N, 0));
+    (l, id)
+}
+
+#[library_benchmark]
+#[bench::hit_1k_x1(registered_limiter(), N)]
+#[bench::hit_1k_x2(registered_limiter(), 2 * N)]
+fn keyed_take_with((limiter, id): (KeyedLimiter<u64, ManualClock>, PolicyId), n: u64) {
+    each_key(n, |k| {
+        black_box(limiter.take_with(k, &id, 1));
+    });
+}
+
+#[library_benchmark]
+#[bench::hit_1k_x1(registered_limiter(), N)]
+#[bench::hit_1k_x2(registered_limiter(), 2 * N)]
+fn keyed_take_within((limiter, id): (KeyedLimiter<u64, ManualClock>, PolicyId), n: u64) {
+    each_key(n, |k| {
+        black_box(limiter.take_within(k, &id, 1, 1_000_000));
+    });
+}
+
 /// A layered limiter of `texts`, in order, with the keys `0..N` present on every layer (each
 /// key is every layer's: bands on one key).
 fn layered_limiter(texts: &[&str]) -> LayeredLimiter<ManualClock> {
@@ -277,7 +308,7 @@ fn governor_two_keyed_checks(limiters: (GovernorKeyed, GovernorKeyed), n: u64) {
 library_benchmark_group!(
     name = ratewell_group;
     benchmarks = decide, direct_tsc, direct_manual, allow_tsc, allow_manual, keyed, keyed_allow,
-        layered, layered_into, layered_allow
+        keyed_take_with, keyed_take_within, layered, layered_into, layered_allow
 );
 
 library_benchmark_group!(
