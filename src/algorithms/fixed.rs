@@ -86,6 +86,7 @@ impl Fixed {
     /// out as before: the count field keeps its width, so a state stored under either is read
     /// the same under the other. A count above `limit` (stored at a higher one) reads as a full
     /// window.
+    #[inline]
     pub(crate) fn within(&self, limit: u32) -> Fixed {
         Fixed { limit: self.limit.min(u64::from(limit)), ..self.clone() }
     }

@@ -247,6 +247,7 @@ impl Algorithm {
     /// This algorithm decided at a limit of at most `limit` for one call, on the same state
     /// words: a fixed window's ([`fixed::Fixed::within`]); `None` for the other algorithms,
     /// whose words' meaning depends on their limit.
+    #[inline]
     pub(crate) fn within(&self, limit: u32) -> Option<Algorithm> {
         match self {
             Algorithm::Fixed(f) => Some(Algorithm::Fixed(f.within(limit))),

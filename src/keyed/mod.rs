@@ -942,6 +942,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// # Panics
     ///
     /// If `id` was registered with another limiter.
+    #[inline]
     pub fn take_within(
         &self,
         key: &K,
@@ -977,6 +978,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// The pinned slot's policy at `limit`, if it is a fixed window.
+    #[inline]
     fn within<'a>(&self, pinned: Pinned<'a>, limit: u32) -> Option<Within<'a>> {
         let algorithm = pinned.registry.algorithm(pinned.idx)?.within(limit)?;
         Some(Within { pinned, algorithm })
