@@ -75,7 +75,8 @@ async fn ten_thousand_distinct_limits() {
     // configuration's (printed with --nocapture; benches/results/ keeps them).
     let one =
         "domain: big\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 1}}\n";
-    let mut h = Harness::start(&[("big.yaml", one)], &[], 600).await;
+    // Room for every key: a table at its capacity evicts (the engine's bounded table).
+    let mut h = Harness::start(&[("big.yaml", one)], &[("MEMORY_CAPACITY", "100000")], 600).await;
     let (before, started) = (rss(), std::time::Instant::now());
     h.reconfigure(&[("big.yaml", &yaml)]).await;
     eprintln!(
@@ -219,4 +220,37 @@ async fn http_endpoints() {
         ),
         "{dump}"
     );
+}
+
+/// Limit overrides are bounded by memory only: 10 requests of 1,000 descriptors, each with an
+/// override of its own (10,000 distinct `requests_per_unit` values), each decided at its own
+/// limit; the same again, each charged once more.
+#[tokio::test]
+async fn ten_thousand_distinct_overrides() {
+    // Room for every key: a table at its capacity evicts (the engine's bounded table).
+    let mut h = Harness::start(&[("d.yaml", CONFIG)], &[("MEMORY_CAPACITY", "100000")], 600).await;
+    let batch = |from: u32| {
+        let mut r = request("d", &[], 1);
+        r.descriptors = (from..from + 1_000)
+            .map(|i| RateLimitDescriptor {
+                entries: vec![Entry { key: "k".into(), value: format!("v{i}") }],
+                limit: Some(ratewell_rls::proto::RateLimitOverride {
+                    requests_per_unit: 2 + i,
+                    unit: Unit::Day as i32,
+                }),
+                ..Default::default()
+            })
+            .collect();
+        r
+    };
+    for round in [1, 2] {
+        for from in (0..10_000).step_by(1_000) {
+            let r = h.call(batch(from)).await.unwrap();
+            assert_eq!(r.overall_code, Code::Ok as i32);
+            for (i, s) in (from..).zip(&r.statuses) {
+                assert_eq!(s.current_limit.as_ref().unwrap().requests_per_unit, 2 + i);
+                assert_eq!(s.limit_remaining, 2 + i - round, "override {i}, round {round}");
+            }
+        }
+    }
 }
