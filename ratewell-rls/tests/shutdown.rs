@@ -43,7 +43,7 @@ async fn health(grpc: std::net::SocketAddr) -> HealthClient<tonic::transport::Ch
 async fn health_answers_for_ratelimit_and_the_empty_name() {
     let root = config_root();
     let root_s = root.path().display().to_string();
-    let bin = Binary::spawn(&[
+    let mut bin = Binary::spawn(&[
         ("RUNTIME_ROOT", &root_s),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("RUNTIME_WATCH_ROOT", "false"),
