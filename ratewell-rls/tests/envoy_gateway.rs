@@ -12,6 +12,8 @@
 //! `ratelimit`, sends statsd under the Go names with the counts it decided, and exits 0 on
 //! SIGTERM.
 
+#[path = "common/ads.rs"]
+mod ads;
 mod common;
 #[path = "../../ratewell-redis/tests/common/mod.rs"]
 mod redis_common;
@@ -20,21 +22,17 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use ads::{AdsServer, WAIT};
 use common::{Binary, request};
 use prost::Message;
 use ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient;
 use ratewell_rls::proto::{Code, RateLimitResponse};
-use ratewell_rls::xds_grpc::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
 use ratewell_rls::xds_proto::{
-    DiscoveryRequest, DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig,
-    RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig, RateLimitDescriptor,
+    RateLimitPolicy, RateLimitUnit,
 };
 use redis_common::Server;
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{
     Certificate, Channel, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig,
 };
@@ -42,7 +40,6 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-const WAIT: Duration = Duration::from_secs(5);
 /// The Go default backoff before reconnecting after a stream ends (`XDS_CLIENT_BACKOFF_*`,
 /// which Envoy Gateway leaves unset) is 10 s: a reconnect is waited for longer.
 const RECONNECT: Duration = Duration::from_secs(25);
@@ -100,100 +97,29 @@ fn pki() -> Pki {
 
 // ---- the control plane -------------------------------------------------------------------
 
-struct Stream {
-    peer_certs: usize,
-    requests: tonic::Streaming<DiscoveryRequest>,
-    responses: mpsc::UnboundedSender<Result<DiscoveryResponse, tonic::Status>>,
-}
-
-impl Stream {
-    async fn request(&mut self) -> DiscoveryRequest {
-        tokio::time::timeout(WAIT, self.requests.message())
-            .await
-            .expect("a request within the wait")
-            .expect("no stream error")
-            .expect("the stream is open")
-    }
-
-    fn send(&self, version: &str, nonce: &str, configs: Vec<RateLimitConfig>) {
-        let resources = configs
-            .into_iter()
-            .map(|c| prost_types::Any {
-                type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-                value: c.encode_to_vec(),
-            })
-            .collect();
-        let response = DiscoveryResponse {
-            version_info: version.into(),
-            resources,
-            type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-            nonce: nonce.into(),
-            ..Default::default()
-        };
-        self.responses.send(Ok(response)).expect("the stream is open");
-    }
-}
-
-struct Ads(mpsc::UnboundedSender<Stream>);
-
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Ads {
-    type StreamAggregatedResourcesStream =
-        UnboundedReceiverStream<Result<DiscoveryResponse, tonic::Status>>;
-
-    async fn stream_aggregated_resources(
-        &self,
-        request: tonic::Request<tonic::Streaming<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let peer_certs = request.peer_certs().map_or(0, |c| c.len());
-        let stream = Stream { peer_certs, requests: request.into_inner(), responses: tx };
-        let _ = self.0.send(stream);
-        Ok(tonic::Response::new(UnboundedReceiverStream::new(rx)))
-    }
-}
-
 /// The control plane: an ADS server over TLS that asks for a client certificate from the CA.
-struct ControlPlane {
-    streams: mpsc::UnboundedReceiver<Stream>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+async fn control_plane(addr: SocketAddr, pki: &Pki) -> AdsServer {
+    let tls = ServerTlsConfig::new()
+        .identity(pki.control_plane.clone())
+        .client_ca_root(Certificate::from_pem(&pki.ca));
+    AdsServer::start(TcpListener::bind(addr).await.unwrap(), Some(tls)).await
 }
 
-impl ControlPlane {
-    async fn start(addr: SocketAddr, pki: &Pki) -> ControlPlane {
-        let listener = TcpListener::bind(addr).await.unwrap();
-        let tls = ServerTlsConfig::new()
-            .identity(pki.control_plane.clone())
-            .client_ca_root(Certificate::from_pem(&pki.ca));
-        let (tx, streams) = mpsc::unbounded_channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let router = tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(AggregatedDiscoveryServiceServer::new(Ads(tx)));
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
-        let task = tokio::spawn(async move {
-            let _ = router
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
-        ControlPlane { streams, stop: Some(stop), task }
-    }
-
-    async fn stream(&mut self, wait: Duration) -> Stream {
-        tokio::time::timeout(wait, self.streams.recv())
-            .await
-            .expect("the service connects within the wait")
-            .expect("the server runs")
-    }
-
-    async fn shutdown(mut self, open: Vec<Stream>) {
-        let _ = self.stop.take().map(|s| s.send(()));
-        drop(open);
-        tokio::time::timeout(WAIT, self.task).await.expect("the control plane stops").unwrap();
+/// A response of `version` whose resources are `configs`.
+fn discovery(version: &str, nonce: &str, configs: Vec<RateLimitConfig>) -> DiscoveryResponse {
+    let resources = configs
+        .into_iter()
+        .map(|c| prost_types::Any {
+            type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
+            value: c.encode_to_vec(),
+        })
+        .collect();
+    DiscoveryResponse {
+        version_info: version.into(),
+        resources,
+        type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
+        nonce: nonce.into(),
+        ..Default::default()
     }
 }
 
@@ -346,14 +272,14 @@ async fn under_envoy_gateways_environment() {
     assert_eq!(e.message(), "no rate limit configuration loaded");
 
     // The configuration over mutual TLS, ACKed.
-    let mut control = ControlPlane::start(control_addr, &pki).await;
-    let mut stream = control.stream(RECONNECT).await;
+    let mut control = control_plane(control_addr, &pki).await;
+    let mut stream = control.stream_within(RECONNECT).await;
     assert!(stream.peer_certs > 0, "the service presents its client certificate");
     let first = stream.request().await;
     assert_eq!(first.node.as_ref().unwrap().id, "envoy-ratelimit");
     assert_eq!(first.type_url, RATE_LIMIT_CONFIG_TYPE_URL);
     assert_eq!((first.version_info.as_str(), first.response_nonce.as_str()), ("", ""));
-    stream.send("v1", "n1", vec![config(5, hour())]);
+    stream.send(discovery("v1", "n1", vec![config(5, hour())]));
     let ack = stream.request().await;
     assert_eq!((ack.version_info.as_str(), ack.response_nonce.as_str()), ("v1", "n1"));
     assert!(ack.error_detail.is_none(), "an ACK");
@@ -389,7 +315,7 @@ async fn under_envoy_gateways_environment() {
     }
 
     // A bad version: NACKed with the last good one; v1 keeps deciding.
-    stream.send("v2", "n2", vec![config(10, 42)]);
+    stream.send(discovery("v2", "n2", vec![config(10, 42)]));
     let nack = stream.request().await;
     assert_eq!((nack.version_info.as_str(), nack.response_nonce.as_str()), ("v1", "n2"));
     let detail = nack.error_detail.as_ref().expect("a NACK");
@@ -402,11 +328,11 @@ async fn under_envoy_gateways_environment() {
     assert_eq!(remaining(&decide(&mut rls, "alice", &mut tally).await).0, Code::OverLimit as i32);
 
     // It comes back: the service resumes at v1, and takes v3.
-    let mut control = ControlPlane::start(control_addr, &pki).await;
-    let mut stream = control.stream(RECONNECT).await;
+    let mut control = control_plane(control_addr, &pki).await;
+    let mut stream = control.stream_within(RECONNECT).await;
     let resumed = stream.request().await;
     assert_eq!(resumed.version_info, "v1", "the first request names the last good version");
-    stream.send("v3", "n3", vec![config(7, hour())]);
+    stream.send(discovery("v3", "n3", vec![config(7, hour())]));
     let ack = stream.request().await;
     assert_eq!((ack.version_info.as_str(), ack.response_nonce.as_str()), ("v3", "n3"));
     let deadline = Instant::now() + WAIT;

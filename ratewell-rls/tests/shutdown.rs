@@ -8,7 +8,7 @@ mod common;
 #[path = "../../ratewell-redis/tests/common/mod.rs"]
 mod redis_common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use ratewell_rls::proto::Code;
@@ -59,15 +59,7 @@ async fn health_answers_for_ratelimit_and_the_empty_name() {
     // SIGHUP stops it too, as it stops the Go service (its runner's signals).
     let pid = bin.child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = bin.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the process did not exit on SIGHUP");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(bin.exited_within(Duration::from_secs(10)).await.code(), Some(0));
 }
 
 /// A request waits on a stopped Redis server (SIGSTOP) when SIGTERM comes: health turns
@@ -125,13 +117,5 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
     let answered = tokio::time::timeout(Duration::from_secs(10), in_flight).await;
     let answered = answered.expect("answered once the server resumes").unwrap();
     assert_eq!(answered.expect("an answer, not an error").overall_code, Code::Ok as i32);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = bin.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the process did not exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(bin.exited_within(Duration::from_secs(10)).await.code(), Some(0));
 }

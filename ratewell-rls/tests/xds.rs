@@ -11,116 +11,18 @@ use prost::Message;
 use ratewell_rls::config::RateLimitConfig as Loaded;
 use ratewell_rls::proto::{Entry, RateLimitDescriptor as Request};
 use ratewell_rls::xds::{self, XdsApply, XdsClient, XdsLog, XdsSettings, XdsTls};
-use ratewell_rls::xds_grpc::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
 use ratewell_rls::xds_proto::{
     DiscoveryRequest, DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig,
     RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tokio::sync::watch;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-const WAIT: Duration = Duration::from_secs(5);
+#[path = "common/ads.rs"]
+mod ads;
 
-/// One stream the client opened: its metadata, the client's certificates, its requests, and
-/// where the test writes responses.
-struct Stream {
-    metadata: tonic::metadata::MetadataMap,
-    peer_certs: usize,
-    requests: tonic::Streaming<DiscoveryRequest>,
-    responses: mpsc::UnboundedSender<Result<DiscoveryResponse, tonic::Status>>,
-}
-
-impl Stream {
-    async fn request(&mut self) -> DiscoveryRequest {
-        tokio::time::timeout(WAIT, self.requests.message())
-            .await
-            .expect("a request within the wait")
-            .expect("no stream error")
-            .expect("the stream is open")
-    }
-
-    fn send(&self, response: DiscoveryResponse) {
-        self.responses.send(Ok(response)).expect("the stream is open");
-    }
-}
-
-struct Ads(mpsc::UnboundedSender<Stream>);
-
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Ads {
-    type StreamAggregatedResourcesStream =
-        UnboundedReceiverStream<Result<DiscoveryResponse, tonic::Status>>;
-
-    async fn stream_aggregated_resources(
-        &self,
-        request: tonic::Request<tonic::Streaming<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let peer_certs = request.peer_certs().map_or(0, |c| c.len());
-        let metadata = request.metadata().clone();
-        let stream = Stream { metadata, peer_certs, requests: request.into_inner(), responses: tx };
-        let _ = self.0.send(stream);
-        Ok(tonic::Response::new(UnboundedReceiverStream::new(rx)))
-    }
-}
-
-/// An ADS server on `listener`; it stops (dropping its connections) when `stop` fires.
-struct AdsServer {
-    addr: SocketAddr,
-    streams: mpsc::UnboundedReceiver<Stream>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl AdsServer {
-    async fn start(listener: TcpListener, tls: Option<ServerTlsConfig>) -> AdsServer {
-        let addr = listener.local_addr().unwrap();
-        let (tx, streams) = mpsc::unbounded_channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let mut builder = Server::builder();
-        if let Some(tls) = tls {
-            builder = builder.tls_config(tls).unwrap();
-        }
-        let router = builder.add_service(AggregatedDiscoveryServiceServer::new(Ads(tx)));
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
-        let task = tokio::spawn(async move {
-            let _ = router
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
-        AdsServer { addr, streams, stop: Some(stop), task }
-    }
-
-    async fn bind(tls: Option<ServerTlsConfig>) -> AdsServer {
-        AdsServer::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), tls).await
-    }
-
-    async fn stream(&mut self) -> Stream {
-        tokio::time::timeout(WAIT, self.streams.recv())
-            .await
-            .expect("a stream within the wait")
-            .expect("the server runs")
-    }
-
-    /// Whether no stream opens within `wait`.
-    async fn no_stream_for(&mut self, wait: Duration) -> bool {
-        tokio::time::timeout(wait, self.streams.recv()).await.is_err()
-    }
-
-    /// Stop: no more connections, then `streams` end (a graceful shutdown waits for them), and
-    /// the listener closes with the server's task.
-    async fn shutdown(mut self, streams: Vec<Stream>) {
-        let _ = self.stop.take().map(|s| s.send(()));
-        drop(streams);
-        tokio::time::timeout(WAIT, self.task).await.expect("the server stops").unwrap();
-    }
-}
+use ads::{AdsServer, WAIT};
 
 /// What the test's loader saw and holds: every `apply` call's file names, and the configuration
 /// in force (loaded as the service loads it; a refusal keeps the previous one).

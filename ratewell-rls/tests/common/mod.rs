@@ -253,6 +253,18 @@ impl Binary {
         self.child.wait().unwrap()
     }
 
+    /// Its exit status, once it has exited; panics if it has not within `limit`.
+    pub async fn exited_within(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the process did not exit within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Whether it logged a line containing `text`.
     pub fn logged(&self, text: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(text))
