@@ -15,6 +15,7 @@
 //! fixtures; the crate README lists each case and every difference.
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod grpc;

@@ -1,5 +1,6 @@
 //! `ratewell-rls`: the Envoy rate limit service, configured by environment variables as
-//! envoyproxy/ratelimit is (`--help` lists them).
+//! envoyproxy/ratelimit is (`--help` lists them); `ratewell-rls check -config_dir DIR` checks a
+//! configuration directory as that service's `config_check` does.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -8,6 +9,12 @@ use ratewell_rls::clock::EpochClock;
 use ratewell_rls::settings::{Settings, help};
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("check") {
+        // envoyproxy/ratelimit's `config_check`: its flags, its lines, its exit statuses.
+        let status = ratewell_rls::check::run(&args[2..], &mut std::io::stdout().lock());
+        return ExitCode::from(u8::try_from(status).unwrap_or(1));
+    }
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
         print!("{}", help());
         return ExitCode::SUCCESS;

@@ -649,7 +649,7 @@ pub fn help() -> String {
     let mut out = String::from(
         "ratewell-rls: an Envoy rate limit service (envoy.service.ratelimit.v3) that reads\n\
          envoyproxy/ratelimit's configuration, decided exactly by the ratewell engine.\n\n\
-         Usage: ratewell-rls [--help]\n\n\
+         Usage: ratewell-rls [--help]\n       ratewell-rls check -config_dir DIR [-merge_domain_configs]\n         (envoyproxy/ratelimit's config_check: exit 0 if the configuration loads, else 1)\n\n\
          Configured by environment variables, as envoyproxy/ratelimit is.\n\nSupported:\n",
     );
     for (name, support) in GO_VARIABLES {
