@@ -268,8 +268,11 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         }));
     }
 
+    let (age, grace) = settings.grpc_max_connection_age;
     let grpc = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .max_connection_age(age)
+        .max_connection_age_grace(grace)
         .add_service(health)
         .add_service(RateLimitServiceServer::new(Handler(service.clone())));
     let until = stopped_signal(grpc_stopped);

@@ -34,14 +34,8 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
         "GRPC_UDS",
         Support::Refused("gRPC on a unix socket is not supported: use GRPC_HOST and GRPC_PORT"),
     ),
-    (
-        "GRPC_MAX_CONNECTION_AGE",
-        Support::Ignored("connections are kept until the client closes them"),
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        Support::Ignored("connections are kept until the client closes them"),
-    ),
+    ("GRPC_MAX_CONNECTION_AGE", Support::Supported),
+    ("GRPC_MAX_CONNECTION_AGE_GRACE", Support::Supported),
     ("GRPC_SERVER_USE_TLS", Support::Supported),
     ("GRPC_SERVER_TLS_CERT", Support::Supported),
     ("GRPC_SERVER_TLS_KEY", Support::Supported),
@@ -272,6 +266,10 @@ pub struct Settings {
     pub grpc: SocketAddr,
     /// `DEBUG_HOST:DEBUG_PORT`: `/rlconfig`.
     pub debug: SocketAddr,
+    /// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE` (Go defaults 24h and 1h):
+    /// a gRPC connection is sent a GOAWAY at that age, and closed after the grace, so that
+    /// Envoy's long-lived connections spread again over the replicas.
+    pub grpc_max_connection_age: (Duration, Duration),
     /// `GRPC_SERVER_USE_TLS`: TLS on the gRPC server, mutual with a client CA.
     pub tls: Option<crate::tls::ServerTls>,
     /// Which store decides, and why, for the startup log line.
@@ -402,9 +400,13 @@ impl Env<'_> {
     ) -> Result<SocketAddr, SettingsError> {
         let h = self.string(host, defaults.0);
         let p: u16 = self.number(port, defaults.1)?;
-        let ip: std::net::IpAddr =
-            h.parse().map_err(|_| SettingsError(format!("{host}={h}: not an IP address")))?;
-        Ok(SocketAddr::new(ip, p))
+        if let Ok(ip) = h.parse::<std::net::IpAddr>() {
+            return Ok(SocketAddr::new(ip, p));
+        }
+        // A host name, as the Go service takes one: its first address.
+        let mut resolved = std::net::ToSocketAddrs::to_socket_addrs(&(h.as_str(), p))
+            .map_err(|e| SettingsError(format!("{host}={h}: not an address: {e}")))?;
+        resolved.next().ok_or_else(|| SettingsError(format!("{host}={h}: resolves to no address")))
     }
 }
 
@@ -591,6 +593,14 @@ impl Settings {
             ),
         };
         let tls = crate::tls::ServerTls::from_env(env).map_err(SettingsError)?;
+        let age = |name: &str, default: &str| {
+            let text = e.string(name, default);
+            parse_duration(&text)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| SettingsError(format!("{name}={text}: not a duration")))
+        };
+        let grpc_max_connection_age =
+            (age("GRPC_MAX_CONNECTION_AGE", "24h")?, age("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")?);
         let statsd = crate::statsd::StatsdSettings::from_env(env).map_err(SettingsError)?;
         match e.string("CONFIG_TYPE", "FILE").as_str() {
             "FILE" | "GRPC_XDS_SOTW" => {}
@@ -607,6 +617,7 @@ impl Settings {
             http: e.addr("HOST", "PORT", ("0.0.0.0", 8080))?,
             grpc: e.addr("GRPC_HOST", "GRPC_PORT", ("0.0.0.0", 8081))?,
             debug: e.addr("DEBUG_HOST", "DEBUG_PORT", ("0.0.0.0", 6070))?,
+            grpc_max_connection_age,
             tls,
             backend,
             statsd,
@@ -783,6 +794,29 @@ mod tests {
         let s =
             Settings::from_env(&env(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "x:1")])).unwrap();
         assert!(s.redis.is_none() && s.backend.contains("BACKEND_TYPE=memory: BACKEND_TYPE"));
+    }
+
+    #[test]
+    fn host_names_and_connection_ages() {
+        let s = Settings::from_env(&env(&[
+            ("HOST", "localhost"),
+            ("GRPC_HOST", "localhost"),
+            ("GRPC_PORT", "9000"),
+            ("GRPC_MAX_CONNECTION_AGE", "30m"),
+        ]))
+        .unwrap();
+        assert!(s.http.ip().is_loopback() && s.grpc.ip().is_loopback(), "{:?}", s.grpc);
+        assert_eq!(s.grpc.port(), 9000);
+        assert_eq!(
+            s.grpc_max_connection_age,
+            (Duration::from_secs(1800), Duration::from_secs(3600))
+        );
+        let d = Settings::from_env(&env(&[])).unwrap();
+        assert_eq!(d.grpc_max_connection_age.0, Duration::from_secs(86_400), "the Go default");
+        let e = Settings::from_env(&env(&[("DEBUG_HOST", "no such host.invalid")])).unwrap_err();
+        assert!(e.0.starts_with("DEBUG_HOST=no such host.invalid: "), "{e}");
+        let e = Settings::from_env(&env(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "soon")])).unwrap_err();
+        assert_eq!(e.0, "GRPC_MAX_CONNECTION_AGE_GRACE=soon: not a duration");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Health as Envoy and Kubernetes ask for it, and the stop on SIGTERM, against the binary: gRPC
 //! health answers for `ratelimit` (the Go service's name, which Envoy's `grpc_health_check`
-//! asks for) and for the empty name; SIGHUP stops it as SIGTERM does; on SIGTERM health turns
-//! NOT_SERVING and `/healthcheck` answers 500 while a request in flight finishes, then the
-//! process exits 0.
+//! asks for) and for the empty name; SIGHUP stops it as SIGTERM does; connections are closed
+//! at `GRPC_MAX_CONNECTION_AGE`; on SIGTERM health turns NOT_SERVING and `/healthcheck` answers
+//! 500 while a request in flight finishes, then the process exits 0.
 
 mod common;
 #[path = "../../ratewell-redis/tests/common/mod.rs"]
@@ -118,4 +118,31 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
     let answered = answered.expect("answered once the server resumes").unwrap();
     assert_eq!(answered.expect("an answer, not an error").overall_code, Code::Ok as i32);
     assert_eq!(bin.exited_within(Duration::from_secs(10)).await.code(), Some(0));
+}
+
+/// A health watch open on one connection for `wait`: whether the server ended it.
+async fn watch_ended(env: &[(&str, &str)], wait: Duration) -> bool {
+    let h = Harness::start(&[("d.yaml", CONFIG)], env, 600).await;
+    let mut watch = health(h.running.grpc)
+        .await
+        .watch(HealthCheckRequest { service: "ratelimit".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let ended = matches!(tokio::time::timeout(wait, watch.message()).await, Ok(Err(_) | Ok(None)));
+    drop(watch);
+    h.running.stop().await;
+    ended
+}
+
+/// `GRPC_MAX_CONNECTION_AGE` and `_GRACE`: a connection is sent a GOAWAY at that age and closed
+/// after the grace, a stream still open on it then (a health watch) with it; under the Go
+/// defaults (24 h and 1 h) it stays.
+#[tokio::test]
+async fn connections_are_closed_at_their_maximum_age() {
+    let short = [("GRPC_MAX_CONNECTION_AGE", "300ms"), ("GRPC_MAX_CONNECTION_AGE_GRACE", "200ms")];
+    assert!(watch_ended(&short, Duration::from_secs(5)).await, "closed at 300 ms + 200 ms");
+    assert!(!watch_ended(&[], Duration::from_secs(2)).await, "kept under the defaults");
 }
