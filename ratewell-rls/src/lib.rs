@@ -20,6 +20,7 @@ pub mod clock;
 pub mod config;
 pub mod grpc;
 pub mod json;
+pub mod logging;
 pub mod memory;
 mod metadata;
 pub mod proto;

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let json = settings.log_json;
     runtime.block_on(async {
         let running = match ratewell_rls::server::start(settings, EpochClock::new()).await {
             Ok(running) => running,
@@ -49,17 +50,27 @@ fn main() -> ExitCode {
             }
         };
         // Tests read these lines to find the ports they asked the system for (port 0).
-        eprintln!(
+        let listening = format!(
             "ratewell-rls listening: grpc={} http={} debug={}",
             running.grpc, running.http, running.debug
         );
+        announce(json, &listening);
         if let Some(addr) = running.prometheus {
-            eprintln!("ratewell-rls listening: prometheus={addr}");
+            announce(json, &format!("ratewell-rls listening: prometheus={addr}"));
         }
         wait_for_signal().await;
         running.stop().await;
         ExitCode::SUCCESS
     })
+}
+
+/// A startup line: as it is in plain text, a JSON log line with `LOG_FORMAT=json`.
+fn announce(json: bool, line: &str) {
+    if json {
+        ratewell_rls::logging::emit(true, "info", line);
+    } else {
+        eprintln!("{line}");
+    }
 }
 
 /// SIGTERM, SIGINT or SIGHUP: the signals the Go service stops on (its runner's).

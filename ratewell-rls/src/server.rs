@@ -49,7 +49,7 @@ fn log(settings: &Settings, level: LogLevel, message: impl std::fmt::Display) {
             LogLevel::Warn => "warn",
             LogLevel::Error => "error",
         };
-        eprintln!("ratewell-rls {tag}: {message}");
+        crate::logging::emit(settings.log_json, tag, &message.to_string());
     }
 }
 
@@ -198,7 +198,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     };
     let service = Arc::new(RateLimitService::with_store(settings.service.clone(), store));
     // Always said, whatever LOG_LEVEL: which store decides is what an operator must know.
-    eprintln!("ratewell-rls: {}", settings.backend);
+    crate::logging::emit(settings.log_json, "info", &settings.backend);
     for notice in &settings.notices {
         log(&settings, LogLevel::Warn, notice);
     }

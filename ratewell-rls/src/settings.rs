@@ -42,7 +42,7 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("GRPC_CLIENT_TLS_CACERT", Support::Supported),
     ("GRPC_CLIENT_TLS_SAN", Support::Supported),
     ("LOG_LEVEL", Support::Supported),
-    ("LOG_FORMAT", Support::Ignored("logs are plain text lines on standard error")),
+    ("LOG_FORMAT", Support::Supported),
     ("CONFIG_TYPE", Support::Supported),
     ("FORCE_START_WITHOUT_INITIAL_CONFIG", Support::Supported),
     ("CONFIG_GRPC_XDS_NODE_ID", Support::Supported),
@@ -308,6 +308,9 @@ pub struct Settings {
     pub state_interval: Duration,
     /// `LOG_LEVEL`: `debug`, `info`, `warn` (default) or `error`.
     pub log_level: LogLevel,
+    /// `LOG_FORMAT=json`: log lines as JSON objects with the Go service's field names
+    /// ([`crate::logging`]); anything else is plain text, as in Go.
+    pub log_json: bool,
     /// What the service itself reads.
     pub service: ServiceSettings,
     /// Startup messages: the variables set that are ignored, and why.
@@ -636,6 +639,7 @@ impl Settings {
             state_file,
             state_interval,
             log_level,
+            log_json: e.string("LOG_FORMAT", "text").eq_ignore_ascii_case("json"),
             service: ServiceSettings {
                 shadow_mode: e.flag("SHADOW_MODE", false)?,
                 quota_mode: e.flag("QUOTA_MODE", false)?,

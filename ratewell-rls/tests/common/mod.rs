@@ -213,7 +213,8 @@ impl Binary {
         let lines = log.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.starts_with("ratewell-rls listening") {
+                // Plain, or inside a JSON log line (LOG_FORMAT=json).
+                if line.contains("ratewell-rls listening") {
                     let _ = tx.send(line.clone());
                 }
                 lines.lock().unwrap().push(line);
@@ -223,9 +224,10 @@ impl Binary {
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", log.lock().unwrap()));
         let field = |line: &str, name: &str| -> Option<std::net::SocketAddr> {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .map(|a| a.parse().unwrap())
+            line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(|a| {
+                let end = a.find(|c: char| !(c.is_ascii_hexdigit() || ".:[]".contains(c)));
+                a[..end.unwrap_or(a.len())].parse().unwrap()
+            })
         };
         let prometheus =
             rx.recv_timeout(Duration::from_millis(200)).ok().and_then(|l| field(&l, "prometheus"));
