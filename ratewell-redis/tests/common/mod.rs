@@ -63,7 +63,9 @@ impl Server {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.cli(&["PING"]).map(|o| o.trim() == "PONG").unwrap_or(false) {
+            // A server that asks for a password (`--requirepass`, ACL users) answers NOAUTH.
+            let ready = |o: String| o.trim() == "PONG" || o.starts_with("NOAUTH");
+            if self.cli(&["PING"]).map(ready).unwrap_or(false) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
