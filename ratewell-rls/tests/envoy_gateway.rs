@@ -22,9 +22,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ads::{AdsServer, WAIT};
+use ads::{AdsServer, WAIT, any, response};
 use common::{Binary, request};
-use prost::Message;
 use ratewell_rls::grpc::rate_limit_service_client::RateLimitServiceClient;
 use ratewell_rls::proto::{Code, RateLimitResponse};
 use ratewell_rls::xds_proto::{
@@ -107,20 +106,7 @@ async fn control_plane(addr: SocketAddr, pki: &Pki) -> AdsServer {
 
 /// A response of `version` whose resources are `configs`.
 fn discovery(version: &str, nonce: &str, configs: Vec<RateLimitConfig>) -> DiscoveryResponse {
-    let resources = configs
-        .into_iter()
-        .map(|c| prost_types::Any {
-            type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-            value: c.encode_to_vec(),
-        })
-        .collect();
-    DiscoveryResponse {
-        version_info: version.into(),
-        resources,
-        type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-        nonce: nonce.into(),
-        ..Default::default()
-    }
+    response(version, nonce, configs.iter().map(any).collect())
 }
 
 fn config(requests_per_unit: u32, unit: i32) -> RateLimitConfig {

@@ -39,6 +39,21 @@ async fn health(grpc: std::net::SocketAddr) -> HealthClient<tonic::transport::Ch
     HealthClient::new(channel)
 }
 
+/// A health watch on `ratelimit`, its first status read: SERVING.
+async fn serving_watch(
+    grpc: std::net::SocketAddr,
+) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    let mut watch = health(grpc)
+        .await
+        .watch(HealthCheckRequest { service: "ratelimit".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    watch
+}
+
 #[tokio::test]
 async fn health_answers_for_ratelimit_and_the_empty_name() {
     let root = config_root();
@@ -87,14 +102,7 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
     assert_eq!(r.get_ref().overall_code, Code::Ok as i32);
     let (code, _) = http(bin.http, "GET", "/healthcheck", b"").await;
     assert_eq!(code, 200);
-    let mut watch = health(bin.grpc)
-        .await
-        .watch(HealthCheckRequest { service: "ratelimit".into() })
-        .await
-        .unwrap()
-        .into_inner();
-    let first = watch.message().await.unwrap().unwrap();
-    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let mut watch = serving_watch(bin.grpc).await;
 
     redis.stop();
     let in_flight = tokio::spawn(async move {
@@ -123,14 +131,7 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
 /// A health watch open on one connection for `wait`: whether the server ended it.
 async fn watch_ended(env: &[(&str, &str)], wait: Duration) -> bool {
     let h = Harness::start(&[("d.yaml", CONFIG)], env, 600).await;
-    let mut watch = health(h.running.grpc)
-        .await
-        .watch(HealthCheckRequest { service: "ratelimit".into() })
-        .await
-        .unwrap()
-        .into_inner();
-    let first = watch.message().await.unwrap().unwrap();
-    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let mut watch = serving_watch(h.running.grpc).await;
     let ended = matches!(tokio::time::timeout(wait, watch.message()).await, Ok(Err(_) | Ok(None)));
     drop(watch);
     h.running.stop().await;

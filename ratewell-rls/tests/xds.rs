@@ -7,13 +7,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prost::Message;
 use ratewell_rls::config::RateLimitConfig as Loaded;
 use ratewell_rls::proto::{Entry, RateLimitDescriptor as Request};
 use ratewell_rls::xds::{self, XdsApply, XdsClient, XdsLog, XdsSettings, XdsTls};
 use ratewell_rls::xds_proto::{
-    DiscoveryRequest, DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig,
-    RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    DiscoveryRequest, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig, RateLimitDescriptor,
+    RateLimitPolicy, RateLimitUnit,
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -22,7 +21,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 #[path = "common/ads.rs"]
 mod ads;
 
-use ads::{AdsServer, WAIT};
+use ads::{AdsServer, WAIT, any, response};
 
 /// What the test's loader saw and holds: every `apply` call's file names, and the configuration
 /// in force (loaded as the service loads it; a refusal keeps the previous one).
@@ -111,18 +110,7 @@ fn limit(key: &str, requests_per_unit: u32, unit: i32) -> RateLimitDescriptor {
 }
 
 fn resource(name: &str, domain: &str, descriptors: Vec<RateLimitDescriptor>) -> prost_types::Any {
-    let config = RateLimitConfig { name: name.into(), domain: domain.into(), descriptors };
-    prost_types::Any { type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(), value: config.encode_to_vec() }
-}
-
-fn response(version: &str, nonce: &str, resources: Vec<prost_types::Any>) -> DiscoveryResponse {
-    DiscoveryResponse {
-        version_info: version.into(),
-        resources,
-        type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-        nonce: nonce.into(),
-        ..Default::default()
-    }
+    any(&RateLimitConfig { name: name.into(), domain: domain.into(), descriptors })
 }
 
 fn minute() -> i32 {

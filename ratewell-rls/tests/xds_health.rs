@@ -9,33 +9,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use ads::AdsServer;
+use ads::{AdsServer, any, response};
 use common::*;
-use prost::Message;
 use ratewell::ManualClock;
 use ratewell_rls::server::start;
 use ratewell_rls::xds_proto::{
-    DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig, RateLimitDescriptor,
-    RateLimitPolicy, RateLimitUnit,
+    DiscoveryResponse, RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-fn response(version: &str, configs: Vec<RateLimitConfig>) -> DiscoveryResponse {
-    DiscoveryResponse {
-        version_info: version.into(),
-        resources: configs
-            .into_iter()
-            .map(|c| prost_types::Any {
-                type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-                value: c.encode_to_vec(),
-            })
-            .collect(),
-        type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
-        nonce: format!("n-{version}"),
-        ..Default::default()
-    }
+fn discovery(version: &str, configs: Vec<RateLimitConfig>) -> DiscoveryResponse {
+    response(version, &format!("n-{version}"), configs.iter().map(any).collect())
 }
 
 /// Poll gRPC health for `ratelimit` until it reads `want` (at most 2 s).
@@ -72,7 +58,7 @@ async fn health_waits_for_a_configuration_with_a_domain() {
 
     let mut stream = control.stream().await;
     stream.request().await;
-    stream.send(response("empty", vec![]));
+    stream.send(discovery("empty", vec![]));
     assert_eq!(stream.request().await.version_info, "empty");
     assert_eq!(running.service.config_state(), (true, false));
     until_status(running.grpc, ServingStatus::NotServing).await;
@@ -90,7 +76,7 @@ async fn health_waits_for_a_configuration_with_a_domain() {
             ..Default::default()
         }],
     };
-    stream.send(response("v1", vec![with_domain]));
+    stream.send(discovery("v1", vec![with_domain]));
     assert_eq!(stream.request().await.version_info, "v1");
     until_status(running.grpc, ServingStatus::Serving).await;
     let (code, _) = http(running.http, "GET", "/healthcheck", b"").await;

@@ -6,14 +6,33 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use prost::Message;
 use ratewell_rls::xds_grpc::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use ratewell_rls::xds_proto::{DiscoveryRequest, DiscoveryResponse};
+use ratewell_rls::xds_proto::{
+    DiscoveryRequest, DiscoveryResponse, RATE_LIMIT_CONFIG_TYPE_URL, RateLimitConfig,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Server, ServerTlsConfig};
+
+/// `config` as a resource of a response.
+pub fn any(config: &RateLimitConfig) -> prost_types::Any {
+    prost_types::Any { type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(), value: config.encode_to_vec() }
+}
+
+/// A response of `version` and `nonce` whose resources are `resources`.
+pub fn response(version: &str, nonce: &str, resources: Vec<prost_types::Any>) -> DiscoveryResponse {
+    DiscoveryResponse {
+        version_info: version.into(),
+        resources,
+        type_url: RATE_LIMIT_CONFIG_TYPE_URL.into(),
+        nonce: nonce.into(),
+        ..Default::default()
+    }
+}
 
 /// How long a test waits for one request or stream.
 pub const WAIT: Duration = Duration::from_secs(5);
