@@ -8,11 +8,12 @@ use ratewell::{Layer, LayeredLimiter, MAX_LAYERS, Parameters, Policy};
 use tokio::sync::Notify;
 
 use crate::batch::{Batchers, DEFAULT_BATCH, MAX_BATCH};
-use crate::conn::{Shared, Target, connect, is_connection_error, reconnect};
+use crate::conn::{Shared, connect, is_connection_error, reconnect};
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
 use crate::metrics::Counters;
 use crate::script::{Code, Compiled};
+use crate::target::{Target, Tls};
 
 /// What a decision is when the server cannot make it: chosen when the limiter is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +35,7 @@ pub enum Failover {
 #[derive(Debug)]
 pub struct Builder {
     target: Result<Target, Error>,
+    tls: Option<Tls>,
     layers: Vec<(String, Policy)>,
     prefix: String,
     timeout: Duration,
@@ -47,6 +49,16 @@ impl Builder {
     /// nothing, as `ratewell::LayeredLimiter`). At most [`MAX_LAYERS`].
     pub fn layer(mut self, name: impl Into<String>, policy: &Policy) -> Self {
         self.layers.push((name.into(), policy.clone()));
+        self
+    }
+
+    /// Connect over TLS ([`Tls`]: the CA, a client certificate, whether the name is checked),
+    /// to the server, every node of a cluster, or the sentinels and the primary they name. A
+    /// `redis://` URL is taken as `rediss://`. Needs the `tls` feature: without it,
+    /// [`build`](Self::build) is [`Error::Tls`]. A certificate refused either way is an
+    /// [`Error::Tls`] when the limiter is built, not a server that is down.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -149,7 +161,7 @@ impl Builder {
         local: Option<LayeredLimiter>,
     ) -> Result<Arc<Shared>, Error> {
         let target = self.target?;
-        let (conn, up) = connect(&target, self.timeout).await?;
+        let (conn, up) = connect(&target, self.tls.as_ref(), self.timeout).await?;
         let cluster = matches!(target, Target::Cluster(_));
         let shared = Arc::new(Shared {
             conn,
@@ -169,7 +181,7 @@ impl Builder {
             cluster,
             nodes: match &target {
                 Target::Cluster(nodes) => nodes.clone(),
-                Target::Single(_) => Vec::new(),
+                Target::Single(_) | Target::Sentinel(_) => Vec::new(),
             },
             batchers: Batchers::new(cluster),
             max_batch: self.batch,
@@ -204,6 +216,7 @@ impl Builder {
     pub(crate) fn with_target(target: Result<Target, Error>) -> Self {
         Builder {
             target,
+            tls: None,
             layers: Vec::new(),
             prefix: "ratewell:".into(),
             timeout: Duration::from_millis(50),

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use ratewell::LayeredLimiter;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -19,12 +20,15 @@ use crate::error::Error;
 use crate::keys::redis_key;
 use crate::metrics::{Counters, bump};
 use crate::script::Code;
+use crate::target::{Sentinel, Target, Tls, is_tls_error, open_client, resolve_primary};
 
-/// The connection: one node through redis-rs's connection manager, or a cluster.
+/// The connection: one node through redis-rs's connection manager, a cluster, or the primary
+/// that Redis Sentinel names.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
 }
 
 impl Conn {
@@ -34,6 +38,7 @@ impl Conn {
         let reply = match self {
             Conn::Single(c) => c.clone().req_packed_command(cmd).await?,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await?,
+            Conn::Sentinel(s) => s.primary()?.req_packed_command(cmd).await?,
         };
         match reply {
             Value::ServerError(e) => Err(e.into()),
@@ -42,24 +47,77 @@ impl Conn {
     }
 }
 
-/// Where the limiter connects.
-#[derive(Clone, Debug)]
-pub(crate) enum Target {
-    Single(redis::Client),
-    Cluster(Vec<String>),
+/// The connection to the primary that the sentinels name, replaced when they name another.
+pub(crate) struct SentinelConn {
+    target: Sentinel,
+    tls: Option<Tls>,
+    timeout: Duration,
+    /// The primary's address and the connection to it, once one has been found.
+    current: ArcSwapOption<(String, ConnectionManager)>,
+}
+
+impl SentinelConn {
+    /// The connection to the primary last found; a connection error while none is known.
+    pub(crate) fn primary(&self) -> Result<ConnectionManager, RedisError> {
+        match &*self.current.load() {
+            Some(current) => Ok(current.1.clone()),
+            None => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("no sentinel has named a primary for {} yet", self.target.name),
+            ))),
+        }
+    }
+
+    /// Ask the sentinels which server is primary now; a server other than the one connected
+    /// to gets a new connection (the old one is dropped: its decisions in flight end).
+    pub(crate) async fn refresh(&self) -> Result<(), RedisError> {
+        let (addr, client) = resolve_primary(&self.target, self.tls.as_ref(), self.timeout).await?;
+        if self.current.load().as_ref().is_some_and(|c| c.0 == addr) {
+            return Ok(());
+        }
+        let wait = self.timeout.max(Duration::from_millis(200));
+        let manager = tokio::time::timeout(
+            wait,
+            ConnectionManager::new_with_config(client, manager_config(self.timeout)),
+        )
+        .await
+        .map_err(|_| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the primary at {addr} did not answer within {wait:?}"),
+            ))
+        })??;
+        self.current.store(Some(Arc::new((addr, manager))));
+        Ok(())
+    }
+}
+
+fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout.max(Duration::from_millis(100))))
+        .set_response_timeout(None)
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(1))
+        .set_max_delay(Duration::from_millis(10))
+}
+
+/// An error at connect that no reconnect mends: refused TLS, a refused password, a server that
+/// is not Redis.
+fn fatal(e: RedisError) -> Error {
+    if is_tls_error(&e) { Error::Tls(e.to_string()) } else { Error::NotRedis(e.to_string()) }
 }
 
 /// Connect to `target`: `(connection, true)`, or a lazy connection and `false` when the server
 /// does not answer within `timeout`.
-pub(crate) async fn connect(target: &Target, timeout: Duration) -> Result<(Conn, bool), Error> {
+pub(crate) async fn connect(
+    target: &Target,
+    tls: Option<&Tls>,
+    timeout: Duration,
+) -> Result<(Conn, bool), Error> {
     match target {
-        Target::Single(client) => {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout.max(Duration::from_millis(100))))
-                .set_response_timeout(None)
-                .set_number_of_retries(1)
-                .set_min_delay(Duration::from_millis(1))
-                .set_max_delay(Duration::from_millis(10));
+        Target::Single(url) => {
+            let client = open_client(url, tls)?;
+            let config = manager_config(timeout);
             let wait = timeout.max(Duration::from_millis(200));
             match tokio::time::timeout(
                 wait,
@@ -68,31 +126,98 @@ pub(crate) async fn connect(target: &Target, timeout: Duration) -> Result<(Conn,
             .await
             {
                 Ok(Ok(c)) => Ok((Conn::Single(c), true)),
-                Ok(Err(e)) if !is_connection_error(&e) => Err(Error::NotRedis(e.to_string())),
+                Ok(Err(e)) if !is_connection_error(&e) || is_tls_error(&e) => Err(fatal(e)),
                 _ => {
-                    let c = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    let c = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::Url(e.to_string()))?;
                     Ok((Conn::Single(c), false))
                 }
             }
         }
+        Target::Sentinel(sentinel) => {
+            let conn = Arc::new(SentinelConn {
+                target: sentinel.clone(),
+                tls: tls.cloned(),
+                timeout,
+                current: ArcSwapOption::empty(),
+            });
+            match conn.refresh().await {
+                Ok(()) => Ok((Conn::Sentinel(conn), true)),
+                Err(e) if !is_connection_error(&e) || is_tls_error(&e) => Err(fatal(e)),
+                // No sentinel answered, or none names a primary that answers: start down, and
+                // ask again in the background.
+                Err(_) => Ok((Conn::Sentinel(conn), false)),
+            }
+        }
         Target::Cluster(nodes) => {
-            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                .connection_timeout(timeout.max(Duration::from_millis(100)))
-                .response_timeout(timeout.max(Duration::from_millis(100)))
-                .build()
-                .map_err(|e| Error::Url(e.to_string()))?;
+            let mut builder = redis::cluster::ClusterClientBuilder::new(
+                nodes.iter().map(|n| cluster_url(n, tls.is_some())).collect::<Vec<_>>(),
+            )
+            .connection_timeout(timeout.max(Duration::from_millis(100)))
+            .response_timeout(timeout.max(Duration::from_millis(100)));
+            if let Some(tls) = tls {
+                builder = cluster_tls(builder, tls)?;
+            }
+            let client = builder.build().map_err(|e| Error::Url(e.to_string()))?;
             let c = tokio::time::timeout(Duration::from_secs(5), client.get_async_connection())
                 .await
                 .map_err(|_| Error::Down("no cluster node answered within 5 s".into()))?
-                .map_err(|e| Error::Down(e.to_string()))?;
+                .map_err(|e| {
+                    if is_tls_error(&e) {
+                        Error::Tls(e.to_string())
+                    } else {
+                        Error::Down(e.to_string())
+                    }
+                })?;
             Ok((Conn::Cluster(c), true))
         }
     }
 }
 
+/// A cluster node's URL, in the `rediss` scheme with TLS.
+fn cluster_url(url: &str, tls: bool) -> String {
+    match url.strip_prefix("redis://") {
+        Some(rest) if tls => format!("rediss://{rest}"),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    tls: &Tls,
+) -> Result<redis::cluster::ClusterClientBuilder, Error> {
+    if tls.skip_hostname_verification {
+        return Err(Error::Tls(
+            "skipping only the hostname's verification is not supported on a cluster".into(),
+        ));
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(builder.certs(redis::TlsCertificates {
+        client_tls: tls.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: tls.ca.clone(),
+    }))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_tls(
+    _builder: redis::cluster::ClusterClientBuilder,
+    _tls: &Tls,
+) -> Result<redis::cluster::ClusterClientBuilder, Error> {
+    Err(Error::Tls("ratewell-redis was built without its `tls` feature".into()))
+}
+
 pub(crate) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// A write refused by a replica: the server connected to is no longer the primary (a failover
+/// demoted it). Handled as a connection that is down, so the probe finds the primary again.
+fn is_read_only(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 /// A server error that says the command does not exist (Redis 6 has no `FUNCTION`; a server may
@@ -232,7 +357,7 @@ impl Shared {
         };
         match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) if is_connection_error(&e) => {
+            Ok(Err(e)) if is_connection_error(&e) || is_read_only(&e) => {
                 self.mark_down();
                 Err(Error::Down(e.to_string()))
             }
@@ -278,6 +403,11 @@ pub(crate) async fn reconnect(shared: Weak<Shared>, wake: Arc<Notify>) {
             drop(s);
             tokio::time::sleep(wait).await;
             let Some(s) = shared.upgrade() else { return };
+            if let Conn::Sentinel(sentinel) = &s.conn {
+                // The primary may have changed: ask the sentinels before probing it. A failure
+                // leaves the last primary known to the probe below.
+                let _ = tokio::time::timeout(timeout * 4, sentinel.refresh()).await;
+            }
             let ping = redis::cmd("PING").clone();
             let probe = || tokio::time::timeout(timeout, s.conn.query(&ping));
             let ok = match probe().await {

@@ -27,6 +27,10 @@ pub enum Error {
     Down(String),
     /// The server answered with an error, or a reply that is not the script's.
     BadReply(String),
+    /// TLS could not be set up or was refused: a certificate or key that does not parse, a
+    /// server certificate that does not verify, a client certificate the server refuses, or a
+    /// build without the `tls` feature.
+    Tls(String),
 }
 
 impl fmt::Display for Error {
@@ -44,6 +48,7 @@ impl fmt::Display for Error {
             Error::Timeout => write!(f, "the server did not answer within the timeout"),
             Error::Down(e) => write!(f, "the connection is down: {e}"),
             Error::BadReply(e) => write!(f, "unexpected reply from the server: {e}"),
+            Error::Tls(e) => write!(f, "TLS: {e}"),
         }
     }
 }

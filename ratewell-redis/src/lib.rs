@@ -59,6 +59,9 @@
 //!
 //! # Feature flags
 //!
+//! - `tls`: [`Builder::tls`], TLS to the server, a cluster's nodes or the sentinels (rustls with
+//!   its `ring` provider; the server's certificate checked against a CA given or the system's
+//!   roots, a client certificate for a server that asks for one).
 //! - `prometheus`: [`prometheus::RedisCollector`] (from [`RedisLimiter::collector`]) and
 //!   [`prometheus::LeasesCollector`], collectors of prometheus-client for the limiter's and the
 //!   leases' metrics.
@@ -77,6 +80,7 @@ mod per_call;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod script;
+mod target;
 mod verdict;
 
 pub use builder::{Builder, Failover};
@@ -86,4 +90,5 @@ pub use limiter::RedisLimiter;
 pub use metrics::Metrics;
 pub use per_call::{CallDecision, CallItem, CallPolicy, Mode, PerCallLimiter};
 pub use script::DomainError;
+pub use target::{Sentinel, Tls};
 pub use verdict::{FailoverReason, Receipt, Source, Verdict};

@@ -11,10 +11,11 @@ use redis::aio::ConnectionLike;
 
 use crate::batch::Request;
 use crate::builder::{Builder, Failover};
-use crate::conn::{Conn, Shared, Target};
+use crate::conn::{Conn, Shared};
 use crate::error::Error;
 use crate::keys::slot;
 use crate::metrics::{Metrics, bump};
+use crate::target::{Sentinel, Target};
 use crate::verdict::{Charged, FailoverReason, Receipt, Source, Verdict, parse_reply};
 
 /// A trace's keys live this long after their last decision (ms): a trace's clock is not the
@@ -58,8 +59,47 @@ impl RedisLimiter {
     /// A builder for a limiter on the server at `url` (`redis://HOST:PORT[/DB]`,
     /// `rediss://...`, `unix:///path`).
     pub fn builder(url: &str) -> Builder {
-        let target =
-            redis::Client::open(url).map(Target::Single).map_err(|e| Error::Url(e.to_string()));
+        let target = redis::Client::open(url)
+            .map(|_| Target::Single(url.to_owned()))
+            .map_err(|e| Error::Url(e.to_string()));
+        Builder::with_target(target)
+    }
+
+    /// A builder for a limiter on the primary that Redis Sentinel names. The sentinels are
+    /// asked in order which server is primary (`SENTINEL get-master-addr-by-name`), and that
+    /// server must say so itself (`ROLE`). When the connection breaks, or the server answers a
+    /// decision as a replica does (`READONLY`: a failover demoted it), the connection counts as
+    /// down (decisions fail, as [`Failover`](crate::Failover) says) and the background probe asks the sentinels
+    /// again, connecting to the new primary. A decision in flight at the failover fails; one
+    /// the old primary applied but had not yet replicated is lost with it (Redis's replication
+    /// is asynchronous), so across a failover the limit can admit up to those charges again.
+    ///
+    /// ```no_run
+    /// use ratewell_redis::{RedisLimiter, Sentinel};
+    ///
+    /// # async fn run() -> Result<(), ratewell_redis::Error> {
+    /// let limiter = RedisLimiter::sentinel_builder(Sentinel {
+    ///     name: "mymaster".into(),
+    ///     sentinels: vec!["redis://10.0.0.5:26379".into(), "redis://10.0.0.6:26379".into()],
+    ///     username: None,
+    ///     password: None,
+    /// })
+    /// .layer("per-client", &"fixed-window limit=100 window=1m".parse().unwrap())
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder(sentinel: Sentinel) -> Builder {
+        let target = if sentinel.sentinels.is_empty() {
+            Err(Error::Url("no sentinel given".into()))
+        } else {
+            sentinel
+                .sentinels
+                .iter()
+                .try_for_each(|n| redis::Client::open(n.as_str()).map(drop))
+                .map(|()| Target::Sentinel(sentinel))
+                .map_err(|e| Error::Url(e.to_string()))
+        };
         Builder::with_target(target)
     }
 
@@ -171,6 +211,10 @@ impl RedisLimiter {
         let wait = s.timeout.max(Duration::from_secs(1));
         match &s.conn {
             Conn::Single(c) => scan_and_unlink(&mut c.clone(), &pattern, wait, false).await,
+            Conn::Sentinel(c) => {
+                let mut primary = c.primary().map_err(|e| Error::Down(e.to_string()))?;
+                scan_and_unlink(&mut primary, &pattern, wait, false).await
+            }
             Conn::Cluster(_) => {
                 let nodes = redis::cmd("CLUSTER").arg("NODES").clone();
                 let reply = timed(wait, s.conn.query(&nodes)).await?;

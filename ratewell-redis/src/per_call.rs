@@ -93,6 +93,17 @@ pub struct CallDecision {
     pub decisions: Vec<Decision>,
     /// The server's time of the decision, in microseconds since the Unix epoch.
     pub now_us: u64,
+    /// Per item, what its charge stored and replaced (empty where nothing was charged): what
+    /// [`PerCallLimiter::refund`] gives back.
+    receipts: Vec<Vec<u8>>,
+}
+
+impl CallDecision {
+    /// Whether item `i` was charged (the call was admitted, the item is not [`Mode::Read`] and
+    /// its cost fitted).
+    pub fn charged(&self, i: usize) -> bool {
+        self.receipts.get(i).is_some_and(|r| !r.is_empty())
+    }
 }
 
 /// Decisions in Redis whose policies are named per call: built by
@@ -121,7 +132,12 @@ impl PerCallLimiter {
     /// calls fail at once until a background probe finds the server back.
     pub async fn decide(&self, items: &[CallItem<'_>]) -> Result<CallDecision, Error> {
         if items.is_empty() {
-            return Ok(CallDecision { admitted: true, decisions: Vec::new(), now_us: 0 });
+            return Ok(CallDecision {
+                admitted: true,
+                decisions: Vec::new(),
+                now_us: 0,
+                receipts: Vec::new(),
+            });
         }
         let s = &self.shared;
         let keys: Vec<String> = items.iter().map(|i| format!("{}{}", s.prefix, i.key)).collect();
@@ -140,11 +156,68 @@ impl PerCallLimiter {
         }
         let fields = 1 + 6 * items.len();
         let reply = s.submit(Request { keys, args, fields }).await?;
-        let (now_us, admitted, fields) = crate::verdict::parse_call_reply(reply, items.len())?;
+        let (now_us, admitted, fields, receipts) =
+            crate::verdict::parse_call_reply(reply, items.len())?;
         let decisions =
             items.iter().zip(&fields).map(|(i, f)| i.policy.compiled.decision(f)).collect();
         crate::metrics::bump(&s.counters.server);
-        Ok(CallDecision { admitted, decisions, now_us })
+        Ok(CallDecision { admitted, decisions, now_us, receipts })
+    }
+
+    /// Take back what `decision` charged for `items` (the same items, in the same order, as the
+    /// call that returned it): each charged key gets back what `docs/SEMANTICS.md` says a
+    /// refund restores (untouched since the charge, its state before it, bit for bit). For a
+    /// decision that must be undone after the call: a request decided on two servers whose
+    /// other part was refused. A key charged by several items is refunded their costs added
+    /// up; the keys of one such cost go in one script call.
+    ///
+    /// An error leaves the charges that were not yet refunded in place: the limit then errs on
+    /// the side of admitting less.
+    pub async fn refund(
+        &self,
+        items: &[CallItem<'_>],
+        decision: &CallDecision,
+    ) -> Result<(), Error> {
+        if items.len() != decision.receipts.len() {
+            return Err(Error::Layers(format!(
+                "{} items for a decision of {}",
+                items.len(),
+                decision.receipts.len()
+            )));
+        }
+        let s = &self.shared;
+        // A key charged by several items of the call: the script stores its last state, whose
+        // receipt's earlier state is the one before the call, so that receipt is refunded with
+        // the costs of every charge of the key added up.
+        let mut last: Vec<(usize, u64)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            if !decision.charged(i) {
+                continue;
+            }
+            let cost = u64::from(item.cost.max(1));
+            match last.iter_mut().find(|(j, _)| items[*j].key == item.key) {
+                Some(entry) => *entry = (i, entry.1 + cost),
+                None => last.push((i, cost)),
+            }
+        }
+        let mut costs: Vec<u64> = last.iter().map(|&(_, c)| c).collect();
+        costs.sort_unstable();
+        costs.dedup();
+        for cost in costs {
+            let charged: Vec<usize> =
+                last.iter().filter(|&&(_, c)| c == cost).map(|&(i, _)| i).collect();
+            let keys = charged.iter().map(|&i| format!("{}{}", s.prefix, items[i].key)).collect();
+            let mut args: Vec<Vec<u8>> =
+                vec![Vec::new(), cost.to_string().into_bytes(), b"refund".to_vec(), Vec::new()];
+            for &i in &charged {
+                args.extend(items[i].policy.args.iter().map(|a| a.as_bytes().to_vec()));
+                args.push(Mode::Enforce.flag().as_bytes().to_vec());
+            }
+            args.extend(charged.iter().map(|&i| decision.receipts[i].clone()));
+            s.submit(Request { keys, args, fields: 1 }).await?;
+            crate::metrics::bump(&s.counters.refunds);
+        }
+        Ok(())
     }
 
     /// `true` while the connection is considered down.

@@ -105,13 +105,13 @@ pub(crate) struct Charged {
     pub(crate) states: Vec<Vec<u8>>,
 }
 
-/// `(now_us, admitted, per item [outcome, remaining, reset, wait, replenish])` of a per-call
-/// decision.
+/// `(now_us, admitted, per item [outcome, remaining, reset, wait, replenish], per item receipt)`
+/// of a per-call decision.
 #[allow(clippy::type_complexity)]
 pub(crate) fn parse_call_reply(
     reply: Value,
     items: usize,
-) -> Result<(u64, bool, Vec<[i64; 5]>), Error> {
+) -> Result<(u64, bool, Vec<[i64; 5]>, Vec<Vec<u8>>), Error> {
     let now = match &reply {
         Value::Array(v) => match v.first() {
             Some(Value::Int(now)) => u64::try_from(*now).ok(),
@@ -120,8 +120,8 @@ pub(crate) fn parse_call_reply(
         _ => None,
     };
     let now = now.ok_or_else(|| Error::BadReply("no time in the script's reply".into()))?;
-    let (admitted, fields, _) = parse_reply(reply, items)?;
-    Ok((now, admitted, fields))
+    let (admitted, fields, receipts) = parse_reply(reply, items)?;
+    Ok((now, admitted, fields, receipts))
 }
 
 /// `(admitted, per layer [outcome, remaining, reset, wait, replenish], per layer receipt)`.

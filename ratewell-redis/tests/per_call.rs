@@ -131,3 +131,72 @@ async fn a_per_call_limiter_takes_no_layers_and_clusters_need_one_slot() {
     assert!(d.admitted);
     assert!(!limiter.decide(&[item("{t}a")]).await.unwrap().admitted);
 }
+
+/// `refund` takes back exactly what an admitted call charged: every key returns to its state
+/// before the call, byte for byte (`DUMP`), keys charged twice in one call and items of
+/// different costs included; an uncharged (read) item is left alone; a refund whose items do
+/// not match its decision is an error, refunding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_restores_what_a_call_charged() {
+    let server = Server::start();
+    let limiter = RedisLimiter::builder(&server.url()).build_per_call().await.unwrap();
+    let texts = [
+        "fixed-window limit=10 window=1h",
+        "token-bucket capacity=10 rate=1/h",
+        "sliding-log limit=10 window=1h",
+    ];
+    let compiled: Vec<CallPolicy> =
+        texts.iter().map(|t| CallPolicy::new(&policy(t)).unwrap()).collect();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = ["fw", "tb", "log"];
+    let mut states = async || {
+        let mut out = Vec::new();
+        for key in keys {
+            let dump: redis::Value = redis::cmd("DUMP")
+                .arg(format!("ratewell:{key}"))
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            out.push(dump);
+        }
+        out
+    };
+    // Some earlier charges, kept.
+    let first: Vec<CallItem<'_>> = keys
+        .iter()
+        .zip(&compiled)
+        .map(|(key, policy)| CallItem { key, policy, cost: 2, mode: Mode::Enforce })
+        .collect();
+    assert!(limiter.decide(&first).await.unwrap().admitted);
+    let before = states().await;
+    assert!(before.iter().all(|s| *s != redis::Value::Nil), "{before:?}");
+    // A call with costs 1 and 3, a key named twice, and an item that only reads.
+    let items = vec![
+        CallItem { key: "fw", policy: &compiled[0], cost: 3, mode: Mode::Enforce },
+        CallItem { key: "tb", policy: &compiled[1], cost: 1, mode: Mode::DryRun },
+        CallItem { key: "log", policy: &compiled[2], cost: 3, mode: Mode::Enforce },
+        CallItem { key: "fw", policy: &compiled[0], cost: 1, mode: Mode::Enforce },
+        CallItem { key: "tb", policy: &compiled[1], cost: 5, mode: Mode::Read },
+    ];
+    let d = limiter.decide(&items).await.unwrap();
+    assert!(d.admitted);
+    assert_eq!((0..5).map(|i| d.charged(i)).collect::<Vec<_>>(), [true, true, true, true, false]);
+    assert_eq!(
+        d.decisions[..4].iter().map(|d| d.remaining()).collect::<Vec<_>>(),
+        [5, 7, 5, 4],
+        "charged in order, the second charge of fw seeing the first"
+    );
+    let charged = states().await;
+    assert!(charged.iter().zip(&before).all(|(a, b)| a != b));
+    let e = limiter.refund(&items[..4], &d).await.unwrap_err();
+    assert!(e.to_string().contains("4 items for a decision of 5"), "{e}");
+    assert_eq!(states().await, charged, "a refused refund refunds nothing");
+    limiter.refund(&items, &d).await.unwrap();
+    assert_eq!(states().await, before);
+    assert_eq!(
+        limiter.metrics().refunds,
+        3,
+        "one script call per distinct cost (fw 4, tb 1, log 3)"
+    );
+}
