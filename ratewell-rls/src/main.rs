@@ -50,9 +50,13 @@ fn main() -> ExitCode {
             }
         };
         // Tests read these lines to find the ports they asked the system for (port 0).
+        let grpc = match &running.grpc_uds {
+            Some(path) => format!("unix:{}", path.display()),
+            None => running.grpc.to_string(),
+        };
         let listening = format!(
-            "ratewell-rls listening: grpc={} http={} debug={}",
-            running.grpc, running.http, running.debug
+            "ratewell-rls listening: grpc={grpc} http={} debug={}",
+            running.http, running.debug
         );
         announce(json, &listening);
         if let Some(addr) = running.prometheus {

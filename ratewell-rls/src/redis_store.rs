@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratewell_redis::{CallItem, CallPolicy, Mode, PerCallLimiter, RedisLimiter};
+use ratewell_redis::{CallDecision, CallItem, CallPolicy, Mode, PerCallLimiter, RedisLimiter};
 
 use crate::memory::{Check, Outcome, Quota, StoreError, denied};
+use crate::proto::Unit;
 
 /// The most distinct compiled limits kept (the configuration's and overrides'); past it the
 /// cache starts again.
@@ -24,22 +25,73 @@ const MAX_POLICIES: usize = 10_000;
 /// Where the Redis server is and how long to wait for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `redis://` URLs: one server, or some nodes of a cluster.
+    /// `redis://` URLs: one server, some nodes of a cluster, or the sentinels.
     pub urls: Vec<String>,
     /// `REDIS_TYPE=CLUSTER`.
     pub cluster: bool,
+    /// `REDIS_TYPE=SENTINEL`: the primary the sentinels (`urls`) name.
+    pub sentinel: Option<ratewell_redis::Sentinel>,
+    /// `REDIS_TLS`: TLS to the server (and the sentinels), with the `REDIS_TLS_*` files.
+    pub tls: Option<ratewell_redis::Tls>,
     /// `REDIS_TIMEOUT`: a call that takes longer fails (and the connection counts as down until
     /// a probe finds it back, so later calls fail at once).
     pub timeout: Duration,
     /// `CACHE_KEY_PREFIX`.
     pub prefix: String,
+    /// `REDIS_PERSECOND`: the server that decides the limits whose unit is a second.
+    pub per_second: Option<Box<RedisSettings>>,
+}
+
+impl RedisSettings {
+    /// Where it decides, passwords left out, for the startup line.
+    pub fn describe(&self) -> String {
+        let urls = self.urls.iter().map(|u| crate::settings::redact(u)).collect::<Vec<_>>();
+        let mut out = match &self.sentinel {
+            Some(s) => format!("the primary {} named by the sentinels {}", s.name, urls.join(", ")),
+            None => urls.join(", "),
+        };
+        if self.tls.is_some() {
+            out.push_str(" over TLS");
+        }
+        if let Some(per_second) = &self.per_second {
+            out.push_str(&format!(", per-second limits at {}", per_second.describe()));
+        }
+        out
+    }
+}
+
+/// One server: its limiter, and whether it is a cluster (whose keys carry a hash tag).
+struct Server {
+    limiter: PerCallLimiter,
+    cluster: bool,
+}
+
+impl Server {
+    async fn connect(settings: &RedisSettings) -> Result<Server, String> {
+        let mut builder = match &settings.sentinel {
+            Some(sentinel) => RedisLimiter::sentinel_builder(sentinel.clone()),
+            None if settings.cluster => RedisLimiter::cluster_builder(&settings.urls),
+            None => RedisLimiter::builder(settings.urls.first().map_or("", String::as_str)),
+        };
+        if let Some(tls) = &settings.tls {
+            builder = builder.tls(tls.clone());
+        }
+        let limiter = builder
+            .prefix("")
+            .timeout(settings.timeout)
+            .build_per_call()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Server { limiter, cluster: settings.cluster })
+    }
 }
 
 /// The Redis store.
 pub struct RedisStore {
-    limiter: PerCallLimiter,
+    main: Server,
+    /// `REDIS_PERSECOND`: where the limits whose unit is a second are decided.
+    per_second: Option<Server>,
     policies: Mutex<HashMap<Quota, Arc<CallPolicy>>>,
-    cluster: bool,
     prefix: String,
     tag: ahash::RandomState,
 }
@@ -47,7 +99,8 @@ pub struct RedisStore {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("cluster", &self.cluster)
+            .field("cluster", &self.main.cluster)
+            .field("per_second", &self.per_second.is_some())
             .field("prefix", &self.prefix)
             .finish()
     }
@@ -63,41 +116,52 @@ fn escaped(out: &mut String, part: &str) {
 }
 
 impl RedisStore {
-    /// Connect. A URL that does not parse or a server that is not Redis is an error; a server
-    /// that does not answer is not (the store starts down and reconnects in the background,
-    /// each request failing at once meanwhile).
+    /// Connect (to both servers with `REDIS_PERSECOND`). A URL that does not parse, a server
+    /// that is not Redis, a refused password or certificate is an error; a server that does not
+    /// answer is not (the store starts down and reconnects in the background, each request
+    /// that needs it failing at once meanwhile).
     pub async fn connect(settings: &RedisSettings) -> Result<RedisStore, String> {
-        let builder = if settings.cluster {
-            RedisLimiter::cluster_builder(&settings.urls)
-        } else {
-            RedisLimiter::builder(settings.urls.first().map_or("", String::as_str))
+        let main = Server::connect(settings).await?;
+        let per_second = match &settings.per_second {
+            Some(p) => {
+                Some(Server::connect(p).await.map_err(|e| format!("per-second server: {e}"))?)
+            }
+            None => None,
         };
-        let limiter = builder
-            .prefix("")
-            .timeout(settings.timeout)
-            .build_per_call()
-            .await
-            .map_err(|e| e.to_string())?;
         Ok(RedisStore {
-            limiter,
+            main,
+            per_second,
             policies: Mutex::new(HashMap::new()),
-            cluster: settings.cluster,
             prefix: settings.prefix.clone(),
             // Fixed seeds: every instance must put a domain's keys in the same slot.
             tag: ahash::RandomState::with_seeds(0x5241_5445, 0x5745_4c4c, 0x524c_5331, 0x7461_6773),
         })
     }
 
-    /// The limiter (its metrics, whether it is down).
+    /// The main server's limiter (its metrics, whether it is down).
     pub fn limiter(&self) -> &PerCallLimiter {
-        &self.limiter
+        &self.main.limiter
+    }
+
+    /// The per-second server's limiter, with `REDIS_PERSECOND`.
+    pub fn per_second_limiter(&self) -> Option<&PerCallLimiter> {
+        self.per_second.as_ref().map(|s| &s.limiter)
+    }
+
+    /// Whether `check` is decided on the per-second server.
+    fn on_per_second(&self, check: &Check<'_>) -> bool {
+        self.per_second.is_some() && check.quota.unit == Unit::Second
     }
 
     /// The key a descriptor counts under (see the module's documentation).
     pub fn key(&self, domain: &str, check: &Check<'_>) -> String {
+        let cluster = match &self.per_second {
+            Some(per_second) if self.on_per_second(check) => per_second.cluster,
+            _ => self.main.cluster,
+        };
         let mut key = String::with_capacity(self.prefix.len() + domain.len() + 32);
         key.push_str(&self.prefix);
-        if self.cluster {
+        if cluster {
             key.push_str(&format!("{{{:016x}}}", self.tag.hash_one(domain)));
         }
         escaped(&mut key, domain);
@@ -188,8 +252,15 @@ impl RedisStore {
                 false => Some(self.policy(&check.quota)?),
             });
         }
-        let mut items = Vec::with_capacity(checks.len());
-        let mut index = Vec::with_capacity(checks.len());
+        // With REDIS_PERSECOND, the per-second limits go to their own server. A request with
+        // limits on both is decided on both at once; neither script sees the other's limits,
+        // so the quota rule is judged here (quota limits sent as dry runs) and, when the
+        // request is denied, the charges either server made are refunded.
+        let per_second: Vec<bool> = checks.iter().map(|c| self.on_per_second(c)).collect();
+        let split = self.per_second.is_some()
+            && (0..checks.len()).any(|i| policies[i].is_some() && per_second[i])
+            && (0..checks.len()).any(|i| policies[i].is_some() && !per_second[i]);
+        let mut parts: [(Vec<CallItem<'_>>, Vec<usize>); 2] = Default::default();
         for (i, check) in checks.iter().enumerate() {
             let Some(policy) = &policies[i] else { continue };
             let mode = if read_only || forced[i] || check.cost == 0 {
@@ -197,36 +268,59 @@ impl RedisStore {
             } else if check.shadow {
                 Mode::DryRun
             } else if check.quota_mode {
-                if quota_can_deny { Mode::Quota } else { Mode::DryRun }
+                if quota_can_deny && !split { Mode::Quota } else { Mode::DryRun }
             } else {
                 Mode::Enforce
             };
             let cost = u32::try_from(check.cost).unwrap_or(1).max(1);
-            index.push(i);
-            items.push(CallItem { key: &keys[i], policy, cost, mode });
+            let part = &mut parts[usize::from(per_second[i])];
+            part.1.push(i);
+            part.0.push(CallItem { key: &keys[i], policy, cost, mode });
         }
-        let decided =
-            self.limiter.decide(&items).await.map_err(|e| StoreError::Redis(e.to_string()))?;
+        let [(main_items, main_index), (second_items, second_index)] = &parts;
+        let (main, second) = tokio::join!(
+            ask(Some(&self.main), main_items),
+            ask(self.per_second.as_ref(), second_items)
+        );
+        let (main, second) = match (main.transpose(), second.transpose()) {
+            (Ok(main), Ok(second)) => (main, second),
+            (main, second) => {
+                // One server could not decide: what the other charged is taken back.
+                if let Ok(Some(d)) = &main {
+                    undo(Some(&self.main), main_items, d).await;
+                }
+                if let Ok(Some(d)) = &second {
+                    undo(self.per_second.as_ref(), second_items, d).await;
+                }
+                let e = main.err().or(second.err()).map(|e| e.to_string());
+                return Err(StoreError::Redis(e.unwrap_or_default()));
+            }
+        };
         // The server's time; the wall clock's when nothing was sent to it.
-        let now_ns = if items.is_empty() {
-            std::time::SystemTime::now()
+        let now_us = main.as_ref().or(second.as_ref()).map(|d| d.now_us);
+        let now_ns = match now_us {
+            Some(us) => us.saturating_mul(1_000),
+            None => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        } else {
-            decided.now_us.saturating_mul(1_000)
+                .map_or(0, |d| d.as_nanos() as u64),
         };
         let mut decisions = vec![None; checks.len()];
-        for (k, &i) in index.iter().enumerate() {
-            decisions[i] = Some((items[k].mode, decided.decisions[k]));
+        for (items, index, decided) in
+            [(main_items, main_index, &main), (second_items, second_index, &second)]
+        {
+            let Some(decided) = decided else { continue };
+            for (k, &i) in index.iter().enumerate() {
+                let charged = !read_only && decided.charged(k);
+                decisions[i] = Some((items[k].mode, decided.decisions[k], charged));
+            }
         }
-        let admitted = decided.admitted && !read_only;
         for (i, check) in checks.iter().enumerate() {
             let window = check.quota.window_ns().unwrap_or(1).max(1);
             let window_reset = window - now_ns % window;
             let outcome = match decisions[i] {
                 None => Outcome::zero(check.cost, window_reset),
-                Some((mode, d)) => {
-                    let charged = admitted && mode != Mode::Read && d.is_admitted();
+                Some((mode, d, charged)) => {
+                    debug_assert!(!charged || mode != Mode::Read);
                     // Every item was decided at its cost (a read one too, storing nothing).
                     let over = forced[i] || (check.cost > 0 && !d.is_admitted());
                     // A fixed window resets at its end; another policy when the key is full.
@@ -242,8 +336,55 @@ impl RedisStore {
         }
         let rows = out.iter().zip(checks).map(|(o, c)| (o.over, c.shadow, c.quota_mode));
         let denied = denied(rows, extra_quota);
-        // The server applied the same rule to the same outcomes.
-        debug_assert!(index.is_empty() || read_only || denied != decided.admitted);
+        if split && denied {
+            // Denied across the two servers: neither keeps a charge, and each descriptor
+            // reports what it had before.
+            let main_charged = main.as_ref().is_some_and(|d| d.admitted);
+            let second_charged = second.as_ref().is_some_and(|d| d.admitted);
+            match (&main, &second) {
+                (Some(m), Some(s)) if main_charged && second_charged => {
+                    tokio::join!(
+                        undo(Some(&self.main), main_items, m),
+                        undo(self.per_second.as_ref(), second_items, s)
+                    );
+                }
+                (Some(m), _) if main_charged => undo(Some(&self.main), main_items, m).await,
+                (_, Some(s)) if second_charged => {
+                    undo(self.per_second.as_ref(), second_items, s).await
+                }
+                _ => {}
+            }
+            for o in out.iter_mut().filter(|o| o.charged) {
+                o.charged = false;
+                o.remaining = o.limit.saturating_sub(o.consumed);
+            }
+        } else {
+            // The server applied the same rule to the same outcomes.
+            debug_assert!(
+                split
+                    || read_only
+                    || main.as_ref().or(second.as_ref()).is_none_or(|d| denied != d.admitted)
+            );
+        }
         Ok(denied)
+    }
+}
+
+/// `items` decided on `server`; `None` when there is no such server or nothing to decide.
+async fn ask(
+    server: Option<&Server>,
+    items: &[CallItem<'_>],
+) -> Option<Result<CallDecision, ratewell_redis::Error>> {
+    match server {
+        Some(s) if !items.is_empty() => Some(s.limiter.decide(items).await),
+        _ => None,
+    }
+}
+
+/// Take back what `decided` charged for `items` on `server`. A refund that fails leaves the
+/// charge in place: the limit then errs on the side of admitting less.
+async fn undo(server: Option<&Server>, items: &[CallItem<'_>], decided: &CallDecision) {
+    if let Some(s) = server {
+        let _ = s.limiter.refund(items, decided).await;
     }
 }

@@ -53,8 +53,8 @@ fn log(settings: &Settings, level: LogLevel, message: impl std::fmt::Display) {
     }
 }
 
-/// The gRPC handler.
-struct Handler<C: Clock + Clone>(Arc<RateLimitService<C>>);
+/// The gRPC handler, and the tracing of its calls (`TRACING_ENABLED`).
+struct Handler<C: Clock + Clone>(Arc<RateLimitService<C>>, Option<Arc<crate::otel::Tracing>>);
 
 #[tonic::async_trait]
 impl<C: Clock + Clone + Send + Sync + 'static> Grpc for Handler<C> {
@@ -62,6 +62,17 @@ impl<C: Clock + Clone + Send + Sync + 'static> Grpc for Handler<C> {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        if let Some(tracing) = &self.1 {
+            let call = async {
+                match self.0.should_rate_limit(request.get_ref()).await {
+                    Ok(response) => Ok(tonic::Response::new(response)),
+                    Err(e) => Err(e.into()),
+                }
+            };
+            return tracing
+                .should_rate_limit(request.metadata(), &request.get_ref().domain, call)
+                .await;
+        }
         match self.0.should_rate_limit(request.get_ref()).await {
             Ok(response) => Ok(tonic::Response::new(response)),
             Err(e) => Err(e.into()),
@@ -72,8 +83,10 @@ impl<C: Clock + Clone + Send + Sync + 'static> Grpc for Handler<C> {
 /// A service started by [`start`]: its bound addresses, and the handle that stops it.
 #[derive(Debug)]
 pub struct Running<C: Clock + Clone> {
-    /// The gRPC address.
+    /// The gRPC address (unspecified, port 0, with `GRPC_UDS`).
     pub grpc: SocketAddr,
+    /// `GRPC_UDS`: the unix socket the gRPC server listens on instead.
+    pub grpc_uds: Option<std::path::PathBuf>,
     /// The HTTP address (`/healthcheck`, `/json`).
     pub http: SocketAddr,
     /// The debug address (`/rlconfig`).
@@ -92,13 +105,16 @@ pub struct Running<C: Clock + Clone> {
     tasks: Vec<JoinHandle<()>>,
     /// `STATE_FILE`, written once more when the service stops.
     state: Option<(std::path::PathBuf, Arc<Settings>)>,
+    /// `TRACING_ENABLED`: its queued spans are sent when the service stops.
+    tracing: Option<Arc<crate::otel::Tracing>>,
 }
 
 impl<C: Clock + Clone> Running<C> {
     /// Stop as the Go service stops on SIGTERM: health turns NOT_SERVING (gRPC, every name) and
     /// `/healthcheck` answers 500 at once; the gRPC server stops taking connections and finishes
     /// the requests in flight (for at most [`DRAIN_TIMEOUT`]); then every other listener and the watch stop, and `STATE_FILE`
-    /// is written.
+    /// is written; then the spans still queued (`TRACING_ENABLED`) are sent, waiting at most a
+    /// few seconds for the collector.
     pub async fn stop(mut self) {
         self.draining.store(true, std::sync::atomic::Ordering::SeqCst);
         for name in HEALTH_NAMES {
@@ -111,12 +127,19 @@ impl<C: Clock + Clone> Running<C> {
                 task.abort();
             }
         }
+        if let Some(path) = &self.grpc_uds {
+            // As Go's listener does on close: the socket's file goes with it.
+            let _ = std::fs::remove_file(path);
+        }
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
         if let Some((path, settings)) = &self.state {
             save_state(&self.service, path, settings);
+        }
+        if let Some(tracing) = &self.tracing {
+            tracing.shutdown().await;
         }
     }
 }
@@ -231,7 +254,11 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         None => None,
     };
 
-    let grpc_listener = TcpListener::bind(settings.grpc).await?;
+    // GRPC_UDS: the gRPC server on a unix socket instead of GRPC_HOST:GRPC_PORT, as in Go.
+    let (grpc_listener, grpc_unix) = match &settings.grpc_uds {
+        Some(path) => (None, Some(bind_unix(path)?)),
+        None => (Some(TcpListener::bind(settings.grpc).await?), None),
+    };
     let http_listener = TcpListener::bind(settings.http).await?;
     let debug_listener = TcpListener::bind(settings.debug).await?;
     let prometheus_listener = match &settings.prometheus {
@@ -239,7 +266,11 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         None => None,
     };
     let mut running = Running {
-        grpc: grpc_listener.local_addr()?,
+        grpc: match &grpc_listener {
+            Some(listener) => listener.local_addr()?,
+            None => SocketAddr::from(([0, 0, 0, 0], 0)),
+        },
+        grpc_uds: settings.grpc_uds.clone(),
         http: http_listener.local_addr()?,
         debug: debug_listener.local_addr()?,
         prometheus: prometheus_listener.as_ref().map(TcpListener::local_addr).transpose()?,
@@ -251,7 +282,30 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         reporter: reporter.clone(),
         tasks: Vec::new(),
         state: settings.state_file.clone().map(|path| (path, Arc::new(settings.clone()))),
+        tracing: None,
     };
+    // Started once nothing else can fail: its batch task runs from here on.
+    if let Some(tracing) = &settings.tracing {
+        let logged = settings.clone();
+        let failed: Arc<dyn Fn(String) + Send + Sync> =
+            Arc::new(move |line| log(&logged, LogLevel::Warn, line));
+        let started =
+            crate::otel::Tracing::start(tracing, failed).map_err(std::io::Error::other)?;
+        log(
+            &settings,
+            LogLevel::Info,
+            format_args!(
+                "tracing: spans sent over OTLP ({:?}) to {}, sampling rate {}, service.name {:?}, service.namespace {:?}, service.instance.id {:?}",
+                tracing.protocol,
+                tracing.endpoint,
+                tracing.sampling_rate,
+                tracing.service_name,
+                tracing.service_namespace,
+                tracing.service_instance_id
+            ),
+        );
+        running.tracing = Some(Arc::new(started));
+    }
     if let Some((path, settings)) = running.state.clone() {
         let (service, mut stopped) = (service.clone(), stopped.clone());
         running.tasks.push(tokio::spawn(async move {
@@ -274,10 +328,20 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         .max_connection_age(age)
         .max_connection_age_grace(grace)
         .add_service(health)
-        .add_service(RateLimitServiceServer::new(Handler(service.clone())));
+        .add_service(RateLimitServiceServer::new(Handler(
+            service.clone(),
+            running.tracing.clone(),
+        )));
     let until = stopped_signal(grpc_stopped);
-    running.grpc_task = Some(match tls {
-        Some(tls) => {
+    running.grpc_task = Some(match (tls, grpc_listener) {
+        (_, None) => {
+            let incoming =
+                tokio_stream::wrappers::UnixListenerStream::new(grpc_unix.expect("GRPC_UDS bound"));
+            tokio::spawn(async move {
+                let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
+            })
+        }
+        (Some(tls), Some(grpc_listener)) => {
             let logged = settings.clone();
             let incoming =
                 crate::tls::incoming(grpc_listener, tls, move |level, m| log(&logged, level, m));
@@ -285,7 +349,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
                 let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
             })
         }
-        None => {
+        (None, Some(grpc_listener)) => {
             let incoming =
                 tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
             tokio::spawn(async move {
@@ -409,6 +473,32 @@ fn load_counted<C: Clock + Clone>(
             log(settings, LogLevel::Error, format_args!("error loading new configuration: {e}"));
         }
     }
+}
+
+/// Listen on the unix socket at `path`. A socket left there by an earlier process (nothing
+/// listens on it any more) is replaced; any other file there is an error, left as it is.
+fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("GRPC_UDS={}: another process listens on it", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("GRPC_UDS={}: a file that is not a socket is there", path.display()),
+            ));
+        }
+        Err(_) => {}
+    }
+    tokio::net::UnixListener::bind(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("GRPC_UDS={}: {e}", path.display())))
 }
 
 async fn stopped_signal(mut stopped: watch::Receiver<bool>) {

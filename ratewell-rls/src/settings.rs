@@ -30,10 +30,7 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("DEBUG_PORT", Support::Supported),
     ("GRPC_HOST", Support::Supported),
     ("GRPC_PORT", Support::Supported),
-    (
-        "GRPC_UDS",
-        Support::Refused("gRPC on a unix socket is not supported: use GRPC_HOST and GRPC_PORT"),
-    ),
+    ("GRPC_UDS", Support::Supported),
     ("GRPC_MAX_CONNECTION_AGE", Support::Supported),
     ("GRPC_MAX_CONNECTION_AGE_GRACE", Support::Supported),
     ("GRPC_SERVER_USE_TLS", Support::Supported),
@@ -71,12 +68,7 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("USE_PROMETHEUS", Support::Supported),
     ("PROMETHEUS_ADDR", Support::Supported),
     ("PROMETHEUS_PATH", Support::Supported),
-    (
-        "PROMETHEUS_MAPPER_YAML",
-        Support::Refused(
-            "the metric names are the default mapper's; a custom mapper is not supported",
-        ),
-    ),
+    ("PROMETHEUS_MAPPER_YAML", Support::Supported),
     (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         Support::Ignored("the response time is in seconds"),
@@ -113,11 +105,11 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("REDIS_URL", Support::Supported),
     ("REDIS_POOL_SIZE", Support::Ignored("one multiplexed connection carries every call")),
     ("REDIS_AUTH", Support::Supported),
-    ("REDIS_TLS", Support::Refused("TLS to Redis is not supported")),
-    ("REDIS_TLS_CLIENT_CERT", Support::Ignored("TLS to Redis is not supported")),
-    ("REDIS_TLS_CLIENT_KEY", Support::Ignored("TLS to Redis is not supported")),
-    ("REDIS_TLS_CACERT", Support::Ignored("TLS to Redis is not supported")),
-    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Ignored("TLS to Redis is not supported")),
+    ("REDIS_TLS", Support::Supported),
+    ("REDIS_TLS_CLIENT_CERT", Support::Supported),
+    ("REDIS_TLS_CLIENT_KEY", Support::Supported),
+    ("REDIS_TLS_CACERT", Support::Supported),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Support::Supported),
     (
         "REDIS_PIPELINE_WINDOW",
         Support::Ignored("the multiplexed connection pipelines every call as it is made"),
@@ -127,28 +119,29 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
         Support::Ignored("no effect in the Go service either since its radix v4"),
     ),
     ("REDIS_CLUSTER_PIPELINE_PARALLELISM", Support::Ignored("one script call per request")),
+    ("REDIS_PERSECOND", Support::Supported),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Support::Supported),
+    ("REDIS_PERSECOND_TYPE", Support::Supported),
+    ("REDIS_PERSECOND_URL", Support::Supported),
     (
-        "REDIS_PERSECOND",
-        Support::Refused(
-            "a second server for per-second limits would split a request's all-or-nothing decision in two",
-        ),
+        "REDIS_PERSECOND_POOL_SIZE",
+        Support::Ignored("one multiplexed connection carries every call"),
     ),
-    ("REDIS_PERSECOND_SOCKET_TYPE", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_TYPE", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_URL", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_POOL_SIZE", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_AUTH", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_TLS", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_AUTH", Support::Supported),
+    ("REDIS_PERSECOND_TLS", Support::Supported),
+    ("REDIS_SENTINEL_AUTH", Support::Supported),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Support::Supported),
     (
-        "REDIS_SENTINEL_AUTH",
-        Support::Ignored("Redis Sentinel is not supported (REDIS_TYPE=SENTINEL is refused)"),
+        "REDIS_PERSECOND_PIPELINE_WINDOW",
+        Support::Ignored("the multiplexed connection pipelines every call as it is made"),
     ),
-    ("REDIS_PERSECOND_SENTINEL_AUTH", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_PIPELINE_WINDOW", Support::Ignored("REDIS_PERSECOND is refused")),
-    ("REDIS_PERSECOND_PIPELINE_LIMIT", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_PERSECOND_PIPELINE_LIMIT",
+        Support::Ignored("no effect in the Go service either since its radix v4"),
+    ),
     (
         "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
-        Support::Ignored("REDIS_PERSECOND is refused"),
+        Support::Ignored("one script call per request"),
     ),
     (
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
@@ -157,12 +150,15 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
         ),
     ),
     ("REDIS_TIMEOUT", Support::Supported),
-    ("REDIS_PERSECOND_TIMEOUT", Support::Ignored("REDIS_PERSECOND is refused")),
+    ("REDIS_PERSECOND_TIMEOUT", Support::Supported),
     (
         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
         Support::Ignored("one multiplexed connection: no pool to run empty"),
     ),
-    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", Support::Ignored("REDIS_PERSECOND is refused")),
+    (
+        "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+        Support::Ignored("one multiplexed connection: no pool to run empty"),
+    ),
     (
         "REDIS_STARTUP_INITIAL_INTERVAL",
         Support::Ignored("the service starts with the store down and reconnects in the background"),
@@ -188,12 +184,12 @@ pub const GO_VARIABLES: &[(&str, Support)] = &[
     ("QUOTA_MODE", Support::Supported),
     ("RESPONSE_DYNAMIC_METADATA", Support::Supported),
     ("MERGE_DOMAIN_CONFIG", Support::Supported),
-    ("TRACING_ENABLED", Support::Refused("tracing is not supported")),
-    ("TRACING_SERVICE_NAME", Support::Ignored("tracing is not supported")),
-    ("TRACING_SERVICE_NAMESPACE", Support::Ignored("tracing is not supported")),
-    ("TRACING_SERVICE_INSTANCE_ID", Support::Ignored("tracing is not supported")),
-    ("TRACING_EXPORTER_PROTOCOL", Support::Ignored("tracing is not supported")),
-    ("TRACING_SAMPLING_RATE", Support::Ignored("tracing is not supported")),
+    ("TRACING_ENABLED", Support::Supported),
+    ("TRACING_SERVICE_NAME", Support::Supported),
+    ("TRACING_SERVICE_NAMESPACE", Support::Supported),
+    ("TRACING_SERVICE_INSTANCE_ID", Support::Supported),
+    ("TRACING_EXPORTER_PROTOCOL", Support::Supported),
+    ("TRACING_SAMPLING_RATE", Support::Supported),
 ];
 
 /// The variables this service adds.
@@ -226,7 +222,7 @@ pub const OWN_VARIABLES: &[(&str, &str)] = &[
 ];
 
 /// The variables only the Redis store reads: named as ignored with the memory store.
-const REDIS_ONLY: [&str; 7] = [
+const REDIS_ONLY: &[&str] = &[
     "REDIS_SOCKET_TYPE",
     "REDIS_TYPE",
     "REDIS_URL",
@@ -234,15 +230,26 @@ const REDIS_ONLY: [&str; 7] = [
     "REDIS_TIMEOUT",
     "CACHE_KEY_PREFIX",
     "REDIS_FAILOVER",
+    "REDIS_SENTINEL_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_CACERT",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "REDIS_PERSECOND",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_TIMEOUT",
 ];
 
 /// The values that a refused variable may still take (its default, or what means "off").
-fn harmless(name: &str, value: &str) -> bool {
+fn harmless(value: &str) -> bool {
     let v = value.trim();
-    match name {
-        "GRPC_UDS" | "PROMETHEUS_MAPPER_YAML" => v.is_empty(),
-        _ => v.is_empty() || parse_bool(v) == Some(false),
-    }
+    v.is_empty() || parse_bool(v) == Some(false)
 }
 
 /// A setting's value that does not parse.
@@ -264,6 +271,8 @@ pub struct Settings {
     pub http: SocketAddr,
     /// `GRPC_HOST:GRPC_PORT`: the rate limit and health services.
     pub grpc: SocketAddr,
+    /// `GRPC_UDS`: the gRPC server listens on this unix socket instead of `grpc` (as in Go).
+    pub grpc_uds: Option<PathBuf>,
     /// `DEBUG_HOST:DEBUG_PORT`: `/rlconfig`.
     pub debug: SocketAddr,
     /// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE` (Go defaults 24h and 1h):
@@ -313,6 +322,8 @@ pub struct Settings {
     pub log_json: bool,
     /// What the service itself reads.
     pub service: ServiceSettings,
+    /// `TRACING_ENABLED`: spans sent over OTLP ([`crate::otel`]).
+    pub tracing: Option<crate::otel::TracingSettings>,
     /// Startup messages: the variables set that are ignored, and why.
     pub notices: Vec<String>,
 }
@@ -414,29 +425,76 @@ impl Env<'_> {
 }
 
 /// The Redis store's settings, read as the Go service reads them: `REDIS_SOCKET_TYPE` (`tcp`
-/// or `unix`) and `REDIS_URL` (`host:port`, a socket's path, or a comma-separated list of
-/// `host:port` for `REDIS_TYPE=CLUSTER`), or a `redis://` URL; `REDIS_AUTH` (`password` or
-/// `user:password`); `REDIS_TIMEOUT` (default 50ms here: see the README).
+/// or `unix`) and `REDIS_URL` (`host:port`, a socket's path, a comma-separated list of
+/// `host:port` for `REDIS_TYPE=CLUSTER`, or `name,host:port,...` for `REDIS_TYPE=SENTINEL`), or
+/// a `redis://` URL; `REDIS_AUTH` (`password` or `user:password`); `REDIS_SENTINEL_AUTH`;
+/// `REDIS_TLS` with `REDIS_TLS_*`; `REDIS_TIMEOUT` (default 50ms here: see the README). With
+/// `REDIS_PERSECOND`, the same under `REDIS_PERSECOND_` for the per-second server (TLS with the
+/// same `REDIS_TLS_*` files, as in Go).
 fn redis_settings(e: &Env<'_>) -> Result<RedisSettings, SettingsError> {
-    let cluster = match e.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
-        "SINGLE" => false,
-        "CLUSTER" => true,
+    let mut main = redis_server(e, "REDIS_", "/var/run/nutcracker/ratelimit.sock")?;
+    if e.flag("REDIS_PERSECOND", false)? {
+        let per_second =
+            redis_server(e, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")?;
+        main.per_second = Some(Box::new(per_second));
+    }
+    Ok(main)
+}
+
+/// Go's `REDIS_TLS_*` files, read now: a file that cannot be read stops the start (as in Go).
+fn redis_tls(e: &Env<'_>) -> Result<ratewell_redis::Tls, SettingsError> {
+    let read = |name: &str| -> Result<Option<Vec<u8>>, SettingsError> {
+        match e.get(name).filter(|p| !p.is_empty()) {
+            None => Ok(None),
+            Some(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|err| SettingsError(format!("{name}={path}: cannot be read: {err}"))),
+        }
+    };
+    let client = match (read("REDIS_TLS_CLIENT_CERT")?, read("REDIS_TLS_CLIENT_KEY")?) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        // As Go's TlsConfigFromFiles: a pair is loaded only when both are given.
+        _ => None,
+    };
+    Ok(ratewell_redis::Tls {
+        ca: read("REDIS_TLS_CACERT")?,
+        client,
+        skip_hostname_verification: e.flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+    })
+}
+
+/// `user:password` (split at the first `:`, as Go's `strings.Cut`) or a password alone.
+fn credentials(auth: &str) -> (Option<String>, Option<String>) {
+    match auth.split_once(':') {
+        _ if auth.is_empty() => (None, None),
+        Some((user, password)) => (Some(user.to_owned()), Some(password.to_owned())),
+        None => (None, Some(auth.to_owned())),
+    }
+}
+
+/// One server's settings under `p` (`REDIS_` or `REDIS_PERSECOND_`).
+fn redis_server(e: &Env<'_>, p: &str, default_url: &str) -> Result<RedisSettings, SettingsError> {
+    let var = |name: &str| format!("{p}{name}");
+    let kind = e.string(&var("TYPE"), "SINGLE").to_ascii_uppercase();
+    let (cluster, sentinel) = match kind.as_str() {
+        "SINGLE" => (false, false),
+        "CLUSTER" => (true, false),
+        "SENTINEL" => (false, true),
         other => {
             return Err(SettingsError(format!(
-                "REDIS_TYPE={other} is not supported: SINGLE or CLUSTER (no Sentinel)"
+                "{}={other} is not supported: SINGLE, CLUSTER or SENTINEL",
+                var("TYPE")
             )));
         }
     };
-    let socket = e.string("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase();
-    let auth = e.string("REDIS_AUTH", "");
-    let raw = e.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
-    let userinfo = if auth.is_empty() {
-        String::new()
-    } else {
-        match auth.split_once(':') {
-            Some((user, password)) => format!("{}:{}@", url_escape(user), url_escape(password)),
-            None => format!(":{}@", url_escape(&auth)),
-        }
+    let tls = if e.flag(&var("TLS"), false)? { Some(redis_tls(e)?) } else { None };
+    let socket = e.string(&var("SOCKET_TYPE"), "unix").to_ascii_lowercase();
+    let auth = e.string(&var("AUTH"), "");
+    let raw = e.string(&var("URL"), default_url);
+    let userinfo = |auth: &str| match credentials(auth) {
+        (Some(user), Some(password)) => format!("{}:{}@", url_escape(&user), url_escape(&password)),
+        (None, Some(password)) => format!(":{}@", url_escape(&password)),
+        _ => String::new(),
     };
     let url_of = |one: &str| -> Result<String, SettingsError> {
         let one = one.trim();
@@ -444,32 +502,76 @@ fn redis_settings(e: &Env<'_>) -> Result<RedisSettings, SettingsError> {
             return Ok(one.to_owned());
         }
         match socket.as_str() {
-            "tcp" => Ok(format!("redis://{userinfo}{one}")),
-            "unix" if cluster => {
-                Err(SettingsError("REDIS_TYPE=CLUSTER needs REDIS_SOCKET_TYPE=tcp".into()))
-            }
+            "tcp" => Ok(format!("redis://{}{one}", userinfo(&auth))),
+            "unix" if cluster => Err(SettingsError(format!(
+                "{}=CLUSTER needs {}=tcp",
+                var("TYPE"),
+                var("SOCKET_TYPE")
+            ))),
+            "unix" if tls.is_some() => Err(SettingsError(format!(
+                "{}: TLS to Redis needs {}=tcp",
+                var("TLS"),
+                var("SOCKET_TYPE")
+            ))),
             "unix" if auth.is_empty() => Ok(format!("unix://{one}")),
             "unix" => Ok(format!(
                 "unix://{one}?pass={}",
                 url_escape(auth.rsplit(':').next().unwrap_or(""))
             )),
-            other => Err(SettingsError(format!("REDIS_SOCKET_TYPE={other}: tcp or unix"))),
+            other => Err(SettingsError(format!("{}={other}: tcp or unix", var("SOCKET_TYPE")))),
         }
     };
-    let urls = if cluster {
-        raw.split(',').map(url_of).collect::<Result<Vec<_>, _>>()?
+    let (urls, sentinel) = if sentinel {
+        // Go's form: the primary's name, then the sentinels (always TCP), each reached with
+        // REDIS_SENTINEL_AUTH; REDIS_AUTH is the primary's.
+        let parts: Vec<&str> = raw.split(',').map(str::trim).collect();
+        if parts.len() < 2 || parts[0].is_empty() {
+            return Err(SettingsError(
+                "Expected master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>"
+                    .into(),
+            ));
+        }
+        let sentinel_auth = e.string(&var("SENTINEL_AUTH"), "");
+        let urls: Vec<String> = parts[1..]
+            .iter()
+            .map(|a| {
+                if a.contains("://") {
+                    a.to_string()
+                } else {
+                    format!("redis://{}{a}", userinfo(&sentinel_auth))
+                }
+            })
+            .collect();
+        let (username, password) = credentials(&auth);
+        let target = ratewell_redis::Sentinel {
+            name: parts[0].to_owned(),
+            sentinels: urls.clone(),
+            username,
+            password,
+        };
+        (urls, Some(target))
+    } else if cluster {
+        (raw.split(',').map(url_of).collect::<Result<Vec<_>, _>>()?, None)
     } else {
-        vec![url_of(&raw)?]
+        (vec![url_of(&raw)?], None)
     };
-    let timeout_text = e.string("REDIS_TIMEOUT", "50ms");
-    let timeout = parse_duration(&timeout_text)
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| SettingsError(format!("REDIS_TIMEOUT={timeout_text}: not a duration")))?;
-    Ok(RedisSettings { urls, cluster, timeout, prefix: e.string("CACHE_KEY_PREFIX", "") })
+    let timeout_text = e.string(&var("TIMEOUT"), "50ms");
+    let timeout = parse_duration(&timeout_text).filter(|d| !d.is_zero()).ok_or_else(|| {
+        SettingsError(format!("{}={timeout_text}: not a duration", var("TIMEOUT")))
+    })?;
+    Ok(RedisSettings {
+        urls,
+        cluster,
+        sentinel,
+        tls,
+        timeout,
+        prefix: e.string("CACHE_KEY_PREFIX", ""),
+        per_second: None,
+    })
 }
 
 /// `url` without its password, for a log line.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
@@ -507,7 +609,7 @@ impl Settings {
         };
         let redis = match backend.as_str() {
             "memory" => {
-                for name in REDIS_ONLY {
+                for &name in REDIS_ONLY {
                     if e.get(name).is_some() {
                         notices.push(format!("{name} is ignored: BACKEND_TYPE is memory"));
                     }
@@ -536,7 +638,7 @@ impl Settings {
             match support {
                 Support::Supported => {}
                 Support::Ignored(why) => notices.push(format!("{name} is ignored: {why}")),
-                Support::Refused(why) if !harmless(name, value) => {
+                Support::Refused(why) if !harmless(value) => {
                     return Err(SettingsError(format!("{name}={value} is not supported: {why}")));
                 }
                 Support::Refused(why) => notices.push(format!("{name} is ignored: {why}")),
@@ -562,8 +664,21 @@ impl Settings {
             let addr: SocketAddr = addr
                 .parse()
                 .map_err(|_| SettingsError(format!("PROMETHEUS_ADDR={addr}: not an address")))?;
+            if let Some(path) = e.get("PROMETHEUS_MAPPER_YAML").filter(|p| !p.is_empty()) {
+                let text = std::fs::read_to_string(path).map_err(|err| {
+                    SettingsError(format!("PROMETHEUS_MAPPER_YAML={path}: cannot be read: {err}"))
+                })?;
+                let n = crate::mapper::check(path, &text).map_err(SettingsError)?;
+                notices.push(format!(
+                    "PROMETHEUS_MAPPER_YAML={path}: its {n} mappings name the series served \
+                     already, under the same names and labels"
+                ));
+            }
             Some((addr, e.string("PROMETHEUS_PATH", "/metrics")))
         } else {
+            if e.get("PROMETHEUS_MAPPER_YAML").is_some_and(|p| !p.is_empty()) {
+                notices.push("PROMETHEUS_MAPPER_YAML is ignored: USE_PROMETHEUS is off".into());
+            }
             None
         };
         let log_level = match e.string("LOG_LEVEL", "WARN").to_ascii_uppercase().as_str() {
@@ -590,12 +705,15 @@ impl Settings {
         let state_file = state_file.filter(|_| redis.is_none());
         let backend = match &redis {
             None => format!("deciding in process (BACKEND_TYPE=memory: {why})"),
-            Some(r) => format!(
-                "deciding on Redis at {} (BACKEND_TYPE=redis: {why})",
-                r.urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(", ")
-            ),
+            Some(r) => format!("deciding on Redis at {} (BACKEND_TYPE=redis: {why})", r.describe()),
         };
         let tls = crate::tls::ServerTls::from_env(env).map_err(SettingsError)?;
+        if tls.is_some() && e.get("GRPC_UDS").is_some_and(|p| !p.is_empty()) {
+            return Err(SettingsError(
+                "GRPC_UDS with GRPC_SERVER_USE_TLS is not supported: TLS is served on GRPC_PORT only"
+                    .into(),
+            ));
+        }
         let age = |name: &str, default: &str| {
             let text = e.string(name, default);
             parse_duration(&text)
@@ -619,6 +737,7 @@ impl Settings {
         Ok(Settings {
             http: e.addr("HOST", "PORT", ("0.0.0.0", 8080))?,
             grpc: e.addr("GRPC_HOST", "GRPC_PORT", ("0.0.0.0", 8081))?,
+            grpc_uds: e.get("GRPC_UDS").filter(|p| !p.is_empty()).map(PathBuf::from),
             debug: e.addr("DEBUG_HOST", "DEBUG_PORT", ("0.0.0.0", 6070))?,
             grpc_max_connection_age,
             tls,
@@ -649,6 +768,7 @@ impl Settings {
                 max_stats_keys: e.number("MAX_STATS_KEYS", crate::stats::DEFAULT_MAX_STATS_KEYS)?,
                 failover,
             },
+            tracing: crate::otel::TracingSettings::from_env(env).map_err(SettingsError)?,
             notices,
         })
     }
@@ -682,11 +802,16 @@ pub fn help() -> String {
             out.push_str(&format!("  {name}: {why}\n"));
         }
     }
-    out.push_str("\nRefused at startup unless off:\n");
-    for (name, support) in GO_VARIABLES {
-        if let Support::Refused(why) = support {
-            out.push_str(&format!("  {name}: {why}\n"));
-        }
+    let refused: Vec<_> = GO_VARIABLES
+        .iter()
+        .filter_map(|(name, support)| match support {
+            Support::Refused(why) => Some(format!("  {name}: {why}\n")),
+            _ => None,
+        })
+        .collect();
+    if !refused.is_empty() {
+        out.push_str("\nRefused at startup unless off:\n");
+        out.extend(refused);
     }
     out.push_str(
         "\nBACKEND_TYPE: memory or redis (envoyproxy/ratelimit's default); unset, redis when\n\
@@ -735,7 +860,10 @@ mod tests {
         assert!(e.0.contains("BACKEND_TYPE=memcache"), "{e}");
         let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis"), ("REDIS_TYPE", "SENTINEL")]))
             .unwrap_err();
-        assert!(e.0.contains("no Sentinel"), "{e}");
+        assert!(e.0.starts_with("Expected master name and a list of urls"), "{e}");
+        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis"), ("REDIS_TYPE", "ring")]))
+            .unwrap_err();
+        assert_eq!(e.0, "REDIS_TYPE=RING is not supported: SINGLE, CLUSTER or SENTINEL");
         let e = Settings::from_env(&env(&[("SHADOW_MODE", "yes")])).unwrap_err();
         assert_eq!(e.0, "SHADOW_MODE=yes: not a boolean (true or false)");
     }
@@ -821,6 +949,69 @@ mod tests {
         assert!(e.0.starts_with("DEBUG_HOST=no such host.invalid: "), "{e}");
         let e = Settings::from_env(&env(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "soon")])).unwrap_err();
         assert_eq!(e.0, "GRPC_MAX_CONNECTION_AGE_GRACE=soon: not a duration");
+    }
+
+    #[test]
+    fn sentinel_tls_and_the_per_second_server_are_read_as_in_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "CA").unwrap();
+        let ca = ca.display().to_string();
+        let s = Settings::from_env(&env(&[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster, 10.0.0.5:26379,10.0.0.6:26379"),
+            ("REDIS_AUTH", "app:p@ss"),
+            ("REDIS_SENTINEL_AUTH", "spw"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", &ca),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", "10.0.0.7:6379"),
+            ("REDIS_PERSECOND_AUTH", "ps"),
+            ("REDIS_PERSECOND_TIMEOUT", "20ms"),
+        ]))
+        .unwrap();
+        assert!(s.notices.is_empty(), "{:?}", s.notices);
+        let r = s.redis.unwrap();
+        let sentinel = r.sentinel.clone().unwrap();
+        assert_eq!(sentinel.name, "mymaster");
+        assert_eq!(
+            sentinel.sentinels,
+            ["redis://:spw@10.0.0.5:26379", "redis://:spw@10.0.0.6:26379"]
+        );
+        assert_eq!(
+            (sentinel.username.as_deref(), sentinel.password.as_deref()),
+            (Some("app"), Some("p@ss"))
+        );
+        let tls = r.tls.clone().unwrap();
+        assert_eq!((tls.ca.as_deref(), tls.client.is_none()), (Some(&b"CA"[..]), true));
+        assert!(tls.skip_hostname_verification);
+        let p = r.per_second.clone().unwrap();
+        assert_eq!(p.urls, ["redis://:ps@10.0.0.7:6379"]);
+        assert_eq!(p.timeout, Duration::from_millis(20));
+        assert!(p.tls.is_none(), "REDIS_PERSECOND_TLS is its own switch");
+        assert_eq!(
+            r.describe(),
+            "the primary mymaster named by the sentinels redis://***@10.0.0.5:26379, \
+             redis://***@10.0.0.6:26379 over TLS, per-second limits at redis://***@10.0.0.7:6379"
+        );
+        let e = Settings::from_env(&env(&[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", "/no/such/ca.pem"),
+        ]))
+        .unwrap_err();
+        assert!(e.0.starts_with("REDIS_TLS_CACERT=/no/such/ca.pem: cannot be read"), "{e}");
+        let e = Settings::from_env(&env(&[("BACKEND_TYPE", "redis"), ("REDIS_TLS", "true")]))
+            .unwrap_err();
+        assert_eq!(e.0, "REDIS_TLS: TLS to Redis needs REDIS_SOCKET_TYPE=tcp");
+        let s = Settings::from_env(&env(&[("REDIS_TLS", "true"), ("REDIS_PERSECOND", "true")]))
+            .unwrap();
+        assert!(s.notices.iter().any(|n| n == "REDIS_TLS is ignored: BACKEND_TYPE is memory"));
+        let s = Settings::from_env(&env(&[("GRPC_UDS", "/tmp/rl.sock")])).unwrap();
+        assert_eq!(s.grpc_uds, Some(PathBuf::from("/tmp/rl.sock")));
     }
 
     #[test]
