@@ -104,7 +104,16 @@ fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
 /// An error at connect that no reconnect mends: refused TLS, a refused password, a server that
 /// is not Redis.
 fn fatal(e: RedisError) -> Error {
-    if is_tls_error(&e) { Error::Tls(e.to_string()) } else { Error::NotRedis(e.to_string()) }
+    let refused = e.kind() == ErrorKind::AuthenticationFailed
+        || e.code().is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS")
+        || e.to_string().contains("NOAUTH");
+    if is_tls_error(&e) {
+        Error::Tls(e.to_string())
+    } else if refused {
+        Error::Refused(e.to_string())
+    } else {
+        Error::NotRedis(e.to_string())
+    }
 }
 
 /// Connect to `target`: `(connection, true)`, or a lazy connection and `false` when the server

@@ -27,6 +27,8 @@ pub enum Error {
     Down(String),
     /// The server answered with an error, or a reply that is not the script's.
     BadReply(String),
+    /// The server (or a sentinel) refused this client: a wrong or missing password or user.
+    Refused(String),
     /// TLS could not be set up or was refused: a certificate or key that does not parse, a
     /// server certificate that does not verify, a client certificate the server refuses, or a
     /// build without the `tls` feature.
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
             Error::Down(e) => write!(f, "the connection is down: {e}"),
             Error::BadReply(e) => write!(f, "unexpected reply from the server: {e}"),
             Error::Tls(e) => write!(f, "TLS: {e}"),
+            Error::Refused(e) => write!(f, "the server refused this client: {e}"),
         }
     }
 }

@@ -187,7 +187,7 @@ pub(crate) async fn resolve_primary(
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => {
                 if !crate::conn::is_connection_error(&e) || is_tls_error(&e) {
-                    fatal.get_or_insert(e);
+                    fatal.get_or_insert(refused_by(&format!("sentinel {}", redact(sentinel)), &e));
                 } else {
                     last = Some(e);
                 }
@@ -240,13 +240,25 @@ pub(crate) async fn resolve_primary(
                 )));
             }
             Ok(Err(e)) if !crate::conn::is_connection_error(&e) || is_tls_error(&e) => {
-                fatal.get_or_insert(e);
+                let named =
+                    format!("the primary {host}:{port} (named by sentinel {})", redact(sentinel));
+                fatal.get_or_insert(refused_by(&named, &e));
             }
             Ok(Err(e)) => last = Some(e),
             Err(_) => last = Some(io(format!("{host}:{port} did not answer within {wait:?}"))),
         }
     }
     Err(fatal.or(last).unwrap_or_else(|| io("no sentinel given".into())))
+}
+
+/// `e`, of the same kind (so still telling a connection error from a refusal), saying which
+/// server it came from: a sentinel and the primary may each refuse a password.
+fn refused_by(server: &str, e: &RedisError) -> RedisError {
+    if e.is_io_error() {
+        let kind = std::io::ErrorKind::InvalidData;
+        return RedisError::from(std::io::Error::new(kind, format!("{server}: {e}")));
+    }
+    RedisError::from((e.kind(), "refused", format!("{server}: {e}")))
 }
 
 fn is_master(role: Option<&Value>) -> bool {

@@ -246,6 +246,10 @@ async fn the_passwords_are_checked() {
         lower.contains("wrongpass") || lower.contains("authentication failed"),
         "the sentinel's refusal: {e}"
     );
+    assert!(
+        e.contains("refused this client: ") && e.contains(": sentinel redis://***@127.0.0.1:"),
+        "{e}"
+    );
     let missing = Service::start(CONFIG, &env(&url, PW, None)).await.err();
     let e = missing.expect("no sentinel password does not start");
     eprintln!("refused: {e}");
@@ -253,6 +257,10 @@ async fn the_passwords_are_checked() {
     assert!(
         lower.contains("noauth") || lower.contains("authentication required"),
         "the sentinel's refusal: {e}"
+    );
+    assert!(
+        e.contains("refused this client: ") && e.contains(": sentinel redis://127.0.0.1:"),
+        "{e}"
     );
     let wrong = Service::start(CONFIG, &env(&url, "wrong", Some(SPW))).await.err();
     let e = wrong.expect("a wrong primary password does not start");
@@ -262,6 +270,7 @@ async fn the_passwords_are_checked() {
         lower.contains("wrongpass") || lower.contains("authentication failed"),
         "the primary's refusal: {e}"
     );
+    assert!(e.contains("refused this client: ") && e.contains(": the primary 127.0.0.1:"), "{e}");
 }
 
 #[tokio::test]
