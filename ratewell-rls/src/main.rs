@@ -8,18 +8,33 @@ use std::process::ExitCode;
 use ratewell_rls::clock::EpochClock;
 use ratewell_rls::settings::{Settings, help};
 
+/// Whether `arg` names this executable: what a container runs when its image's entrypoint is
+/// the binary and its manifest's command is the binary too (the Go image's `ENTRYPOINT`, and
+/// `command: /bin/ratelimit` in envoyproxy/ratelimit's docker-compose files).
+fn is_this_binary(arg: &str) -> bool {
+    let (Ok(this), Ok(named)) = (std::env::current_exe(), std::fs::canonicalize(arg)) else {
+        return false;
+    };
+    std::fs::canonicalize(this).is_ok_and(|this| this == named)
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    // The binary named again as its own first argument is skipped, as the Go binary (which
+    // reads no argument) ignores it.
+    if args.len() > 1 && is_this_binary(&args[1]) {
+        args.remove(1);
+    }
     if args.get(1).map(String::as_str) == Some("check") {
         // envoyproxy/ratelimit's `config_check`: its flags, its lines, its exit statuses.
         let status = ratewell_rls::check::run(&args[2..], &mut std::io::stdout().lock());
         return ExitCode::from(u8::try_from(status).unwrap_or(1));
     }
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+    if args.iter().skip(1).any(|a| a == "--help" || a == "-h") {
         print!("{}", help());
         return ExitCode::SUCCESS;
     }
-    if let Some(arg) = std::env::args().nth(1) {
+    if let Some(arg) = args.get(1) {
         eprintln!(
             "ratewell-rls: unknown argument {arg:?} (the settings are environment variables: see --help)"
         );

@@ -243,7 +243,7 @@ async fn the_docker_compose_example() {
     assert_eq!(services, ["redis", "ratelimit"]);
     let service = &compose["services"]["ratelimit"];
     assert_eq!(text(service, &["image"]), "ratewell-rls:latest");
-    assert_eq!(text(service, &["command"]), "/bin/ratelimit", "the Dockerfile's CMD");
+    assert_eq!(text(service, &["command"]), "/bin/ratelimit", "the entrypoint named again");
     let env: Vec<(String, String)> = list(service, &["environment"])
         .iter()
         .map(|e| {
@@ -303,9 +303,10 @@ fn the_dockerfile_runs_the_binary_where_the_examples_do() {
         dockerfile.lines().filter(|l| !l.starts_with('#') && !l.starts_with(' ')).collect();
     let has = |line: &str| instructions.contains(&line);
     assert!(has("COPY --from=build /out/ratelimit /bin/ratelimit"), "{instructions:?}");
-    assert!(has("CMD [\"/bin/ratelimit\"]"), "{instructions:?}");
-    // An entrypoint would take `command: /bin/ratelimit` (the compose files') as its argument.
-    assert!(!instructions.iter().any(|l| l.starts_with("ENTRYPOINT")), "{instructions:?}");
+    // The Go image's entrypoint; the compose files' `command: /bin/ratelimit` then arrives as
+    // an argument, which the binary skips (`the_binary_named_as_its_own_argument_is_skipped`).
+    assert!(has("ENTRYPOINT [\"/bin/ratelimit\"]"), "{instructions:?}");
+    assert!(!instructions.iter().any(|l| l.starts_with("CMD")), "{instructions:?}");
     assert!(has("EXPOSE 8080 8081 6070"));
     assert!(has("USER 65532:65532"));
     assert!(dockerfile.contains("cargo build --release --locked -p ratewell-rls"));
@@ -588,4 +589,38 @@ fn no_variable_of_the_go_and_envoy_gateway_manifests_is_refused() {
         refused.join("\n  "),
         unexpected.join("\n  ")
     );
+}
+
+/// The Go image's entrypoint with the compose files' `command: /bin/ratelimit` runs the binary
+/// with its own path as its argument: skipped, as the Go binary ignores its arguments. Any other
+/// argument is still refused.
+#[test]
+fn the_binary_named_as_its_own_argument_is_skipped() {
+    let bin = env!("CARGO_BIN_EXE_ratewell-rls");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, out) = run(&[bin, "--help"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("GRPC_UDS"), "{out}");
+    // Past the arguments, to the settings: a bad one stops the start with its message.
+    let (code, out) = run(&[bin], &[("SHADOW_MODE", "yes")]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("SHADOW_MODE=yes: not a boolean"), "{out}");
+    let (code, out) = run(&["/bin/sh"], &[]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("unknown argument \"/bin/sh\""), "{out}");
 }
