@@ -30,6 +30,11 @@ pub struct Harness {
 /// The settings of a test service: loopback, free ports, `RUNTIME_ROOT` at `root`, the
 /// directory checked every 20 ms, and `env` on top.
 pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
+    try_settings(root, env).expect("valid test settings")
+}
+
+/// [`settings`], or why they are refused.
+pub fn try_settings(root: &Path, env: &[(&str, &str)]) -> Result<Settings, String> {
     let mut vars: HashMap<String, String> = [
         ("HOST", "127.0.0.1"),
         ("PORT", "0"),
@@ -49,7 +54,7 @@ pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
     for (k, v) in env {
         vars.insert(k.to_string(), v.to_string());
     }
-    Settings::from_env(&vars).expect("valid test settings")
+    Settings::from_env(&vars).map_err(|e| format!("settings: {e}"))
 }
 
 /// The configuration directory under `root`.

@@ -7,7 +7,6 @@
 //! Included with `#[path = "common/redis_servers.rs"] mod redis_servers;` next to `mod common;`.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -412,30 +411,11 @@ pub struct Service {
     pub dir: tempfile::TempDir,
 }
 
-/// The settings `tests/common`'s `settings` makes (loopback, free ports, `RUNTIME_ROOT` at
-/// `root`), or why they are refused.
+/// The settings `tests/common`'s `try_settings` makes, statsd off, or why they are refused.
 pub fn try_settings(root: &Path, env: &[(&str, &str)]) -> Result<Settings, String> {
-    let mut vars: HashMap<String, String> = [
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-        ("RELOAD_INTERVAL", "20ms"),
-        ("MEMORY_CAPACITY", "10000"),
-        ("USE_STATSD", "false"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    vars.insert("RUNTIME_ROOT".into(), root.display().to_string());
-    for (k, v) in env {
-        vars.insert(k.to_string(), v.to_string());
-    }
-    Settings::from_env(&vars).map_err(|e| format!("settings: {e}"))
+    let mut all = vec![("USE_STATSD", "false")];
+    all.extend_from_slice(env);
+    crate::common::try_settings(root, &all)
 }
 
 impl Service {
