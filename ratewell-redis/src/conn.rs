@@ -20,7 +20,9 @@ use crate::error::Error;
 use crate::keys::redis_key;
 use crate::metrics::{Counters, bump};
 use crate::script::Code;
-use crate::target::{Sentinel, Target, Tls, is_tls_error, open_client, resolve_primary};
+use crate::target::{
+    Sentinel, Target, Tls, cluster_tls, is_tls_error, open_client, resolve_primary, with_scheme,
+};
 
 /// The connection: one node through redis-rs's connection manager, a cluster, or the primary
 /// that Redis Sentinel names.
@@ -160,7 +162,7 @@ pub(crate) async fn connect(
         }
         Target::Cluster(nodes) => {
             let mut builder = redis::cluster::ClusterClientBuilder::new(
-                nodes.iter().map(|n| cluster_url(n, tls.is_some())).collect::<Vec<_>>(),
+                nodes.iter().map(|n| with_scheme(n, tls.is_some())).collect::<Vec<_>>(),
             )
             .connection_timeout(timeout.max(Duration::from_millis(100)))
             .response_timeout(timeout.max(Duration::from_millis(100)));
@@ -181,42 +183,6 @@ pub(crate) async fn connect(
             Ok((Conn::Cluster(c), true))
         }
     }
-}
-
-/// A cluster node's URL, in the `rediss` scheme with TLS.
-fn cluster_url(url: &str, tls: bool) -> String {
-    match url.strip_prefix("redis://") {
-        Some(rest) if tls => format!("rediss://{rest}"),
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(feature = "tls")]
-fn cluster_tls(
-    builder: redis::cluster::ClusterClientBuilder,
-    tls: &Tls,
-) -> Result<redis::cluster::ClusterClientBuilder, Error> {
-    if tls.skip_hostname_verification {
-        return Err(Error::Tls(
-            "skipping only the hostname's verification is not supported on a cluster".into(),
-        ));
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Ok(builder.certs(redis::TlsCertificates {
-        client_tls: tls.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-            client_cert: cert.clone(),
-            client_key: key.clone(),
-        }),
-        root_cert: tls.ca.clone(),
-    }))
-}
-
-#[cfg(not(feature = "tls"))]
-fn cluster_tls(
-    _builder: redis::cluster::ClusterClientBuilder,
-    _tls: &Tls,
-) -> Result<redis::cluster::ClusterClientBuilder, Error> {
-    Err(Error::Tls("ratewell-redis was built without its `tls` feature".into()))
 }
 
 pub(crate) fn is_connection_error(e: &RedisError) -> bool {

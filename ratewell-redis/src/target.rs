@@ -67,7 +67,7 @@ pub(crate) enum Target {
 }
 
 /// `url` with the `rediss` scheme where TLS is asked for and the URL says `redis`.
-fn with_scheme(url: &str, tls: bool) -> String {
+pub(crate) fn with_scheme(url: &str, tls: bool) -> String {
     match url.strip_prefix("redis://") {
         Some(rest) if tls => format!("rediss://{rest}"),
         _ => url.to_owned(),
@@ -81,23 +81,27 @@ pub(crate) fn open_client(url: &str, tls: Option<&Tls>) -> Result<redis::Client,
     open_tls(&with_scheme(url, true), tls)
 }
 
+/// The certificates redis-rs builds its rustls configuration from, with the provider it builds
+/// with installed (one the application installed already is kept).
 #[cfg(feature = "tls")]
-fn open_tls(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
-    // The provider redis-rs's rustls builds its configurations with; already one installed (by
-    // the application) is kept.
+fn certificates(tls: &Tls) -> redis::TlsCertificates {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if url.starts_with("unix:") || url.starts_with("redis+unix:") {
-        return Err(Error::Tls("TLS to Redis needs a TCP address, not a unix socket".into()));
-    }
-    let certificates = redis::TlsCertificates {
+    redis::TlsCertificates {
         client_tls: tls.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
             client_cert: cert.clone(),
             client_key: key.clone(),
         }),
         root_cert: tls.ca.clone(),
-    };
-    let client =
-        redis::Client::build_with_tls(url, certificates).map_err(|e| Error::Tls(e.to_string()))?;
+    }
+}
+
+#[cfg(feature = "tls")]
+fn open_tls(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
+    if url.starts_with("unix:") || url.starts_with("redis+unix:") {
+        return Err(Error::Tls("TLS to Redis needs a TCP address, not a unix socket".into()));
+    }
+    let client = redis::Client::build_with_tls(url, certificates(tls))
+        .map_err(|e| Error::Tls(e.to_string()))?;
     if !tls.skip_hostname_verification {
         return Ok(client);
     }
@@ -107,9 +111,37 @@ fn open_tls(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
     redis::Client::open(info.set_addr(addr)).map_err(|e| Error::Tls(e.to_string()))
 }
 
+/// A cluster's client builder with `tls`'s certificates (its nodes' URLs in the `rediss`
+/// scheme).
+#[cfg(feature = "tls")]
+pub(crate) fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    tls: &Tls,
+) -> Result<redis::cluster::ClusterClientBuilder, Error> {
+    if tls.skip_hostname_verification {
+        return Err(Error::Tls(
+            "skipping only the hostname's verification is not supported on a cluster".into(),
+        ));
+    }
+    Ok(builder.certs(certificates(tls)))
+}
+
 #[cfg(not(feature = "tls"))]
 fn open_tls(_url: &str, _tls: &Tls) -> Result<redis::Client, Error> {
-    Err(Error::Tls("ratewell-redis was built without its `tls` feature".into()))
+    Err(without_tls())
+}
+
+#[cfg(not(feature = "tls"))]
+pub(crate) fn cluster_tls(
+    _builder: redis::cluster::ClusterClientBuilder,
+    _tls: &Tls,
+) -> Result<redis::cluster::ClusterClientBuilder, Error> {
+    Err(without_tls())
+}
+
+#[cfg(not(feature = "tls"))]
+fn without_tls() -> Error {
+    Error::Tls("ratewell-redis was built without its `tls` feature".into())
 }
 
 /// Whether `e` is a TLS failure: a certificate refused on either side, a handshake that failed.

@@ -286,12 +286,14 @@ impl RedisStore {
             (Ok(main), Ok(second)) => (main, second),
             (main, second) => {
                 // One server could not decide: what the other charged is taken back.
-                if let Ok(Some(d)) = &main {
-                    undo(Some(&self.main), main_items, d).await;
-                }
-                if let Ok(Some(d)) = &second {
-                    undo(self.per_second.as_ref(), second_items, d).await;
-                }
+                tokio::join!(
+                    undo(Some(&self.main), main_items, main.as_ref().ok().and_then(Option::as_ref)),
+                    undo(
+                        self.per_second.as_ref(),
+                        second_items,
+                        second.as_ref().ok().and_then(Option::as_ref)
+                    ),
+                );
                 let e = main.err().or(second.err()).map(|e| e.to_string());
                 return Err(StoreError::Redis(e.unwrap_or_default()));
             }
@@ -339,21 +341,10 @@ impl RedisStore {
         if split && denied {
             // Denied across the two servers: neither keeps a charge, and each descriptor
             // reports what it had before.
-            let main_charged = main.as_ref().is_some_and(|d| d.admitted);
-            let second_charged = second.as_ref().is_some_and(|d| d.admitted);
-            match (&main, &second) {
-                (Some(m), Some(s)) if main_charged && second_charged => {
-                    tokio::join!(
-                        undo(Some(&self.main), main_items, m),
-                        undo(self.per_second.as_ref(), second_items, s)
-                    );
-                }
-                (Some(m), _) if main_charged => undo(Some(&self.main), main_items, m).await,
-                (_, Some(s)) if second_charged => {
-                    undo(self.per_second.as_ref(), second_items, s).await
-                }
-                _ => {}
-            }
+            tokio::join!(
+                undo(Some(&self.main), main_items, main.as_ref()),
+                undo(self.per_second.as_ref(), second_items, second.as_ref()),
+            );
             for o in out.iter_mut().filter(|o| o.charged) {
                 o.charged = false;
                 o.remaining = o.limit.saturating_sub(o.consumed);
@@ -381,10 +372,11 @@ async fn ask(
     }
 }
 
-/// Take back what `decided` charged for `items` on `server`. A refund that fails leaves the
-/// charge in place: the limit then errs on the side of admitting less.
-async fn undo(server: Option<&Server>, items: &[CallItem<'_>], decided: &CallDecision) {
-    if let Some(s) = server {
-        let _ = s.limiter.refund(items, decided).await;
+/// Take back what `decided` charged for `items` on `server` (nothing to send when it charged
+/// nothing). A refund that fails leaves the charge in place: the limit then errs on the side of
+/// admitting less.
+async fn undo(server: Option<&Server>, items: &[CallItem<'_>], decided: Option<&CallDecision>) {
+    if let (Some(s), Some(d)) = (server, decided) {
+        let _ = s.limiter.refund(items, d).await;
     }
 }
