@@ -907,6 +907,8 @@ local function decide_one(b, keys, k, layers, args, a, out)
     if op == 'take' and all and r[1] == 0 and modes[i] ~= 'r' then
       if algs[i] == 'log' then
         r = alg_of('log')[1](ps[i], keys[k + i], now, costs[i], true)
+        -- The list exists now: it expires when its newest entry leaves the window.
+        store(b, keys[k + i], 'log', r[7], fixed_ttl)
         receipt = fmt(r[8][1])
       else
         local text = store(b, keys[k + i], r[6], r[7], fixed_ttl)
