@@ -114,4 +114,4 @@ pub use layered::{
 pub use limiter::Limiter;
 pub use policy::{Parameters, Policy, PolicyError};
 pub use snapshot::{Restored, Resume, SnapshotError, SnapshotInfo};
-pub use word::{Nanos, State, WordPolicy};
+pub use word::{Fields, LogPolicy, LogState, Nanos, State, WordPolicy};

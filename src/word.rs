@@ -38,6 +38,56 @@ impl State {
     }
 }
 
+/// A one-word state as up to three integers on a time line of whole microseconds: the form
+/// ratewell-redis's function library stores (its Lua numbers are doubles, exact below 2^53), so
+/// that another decider on the same keys (the native Redis module) reads and writes the same
+/// values. What the integers mean is each algorithm's (`src/algorithms/`, *Fields*); every
+/// absolute time among them is in microseconds (or milliseconds, under `compat=nginx`) since
+/// the epoch of the [`Nanos`] they were made at.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{Fields, Nanos, State, WordPolicy};
+///
+/// let pure = WordPolicy::new(&"fixed-window limit=5 window=1s".parse()?).unwrap();
+/// let now = Nanos::new(3_500_000_000); // 3.5 s, a whole number of microseconds
+/// let (_, state) = pure.decide(State::FRESH, now, 2);
+/// // Two taken in the window that began at 3 s: the count, then the window's index.
+/// let fields = pure.to_fields(state.unwrap(), now).unwrap();
+/// assert_eq!(fields.as_slice(), &[2, 3]);
+/// assert_eq!(pure.read_fields(fields.as_slice(), now), state);
+/// # Ok::<(), ratewell::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fields {
+    len: u8,
+    values: [i64; 3],
+}
+
+impl Fields {
+    /// The largest magnitude a field may have: 2^53, where doubles stop being exact.
+    pub const MAX: i64 = 1 << 53;
+
+    /// Fields of one to three values, each within [`Fields::MAX`] in magnitude; `None` else.
+    pub fn new(values: &[i64]) -> Option<Fields> {
+        if values.is_empty()
+            || values.len() > 3
+            || values.iter().any(|v| v.unsigned_abs() > Self::MAX as u64)
+        {
+            return None;
+        }
+        let mut out = Fields { len: values.len() as u8, values: [0; 3] };
+        out.values[..values.len()].copy_from_slice(values);
+        Some(out)
+    }
+
+    /// The values.
+    pub fn as_slice(&self) -> &[i64] {
+        &self.values[..usize::from(self.len)]
+    }
+}
+
 /// An instant in nanoseconds since the epoch of whatever clock the caller reads (a
 /// [`Clock`](crate::Clock)'s `now()`, a server's `TIME`, a trace's timestamps). One state must be
 /// decided on one clock.
@@ -169,6 +219,21 @@ impl WordPolicy {
         State(self.policy.algorithm.refund(state.0, now.0, before.0, after.0, cost.max(1)))
     }
 
+    /// Take back a charge of `cost` (0 is taken as 1) whose admission stored `charged`, from
+    /// `state` at `now`, when other decisions may have changed the state since: what the
+    /// algorithm can give back without ever holding more than the state would had the charge
+    /// never been admitted (the second case of [`refund`](Self::refund), which a caller holding
+    /// only the stored state of a charge needs).
+    pub fn give_back(&self, state: State, now: Nanos, charged: State, cost: u32) -> State {
+        State(self.policy.algorithm.give_back(state.0, now.0, charged.0, cost.max(1)))
+    }
+
+    /// The state as it is at `now`, as a decision that takes nothing (impossible): its
+    /// remaining quota, reset and replenish times.
+    pub fn probe(&self, state: State, now: Nanos) -> Decision {
+        self.policy.algorithm.probe(state.0, now.0)
+    }
+
     /// Decide without taking anything, and report the state as it is: whether a request of
     /// `cost` would be admitted, with the remaining quota, reset and replenish times before it
     /// (as [`Limiter::peek_n`](crate::Limiter::peek_n)).
@@ -186,6 +251,22 @@ impl WordPolicy {
     /// [`Policy::idle_horizon_ns`].
     pub fn idle_horizon_ns(&self) -> u128 {
         self.policy.algorithm.idle_horizon_ns()
+    }
+
+    /// `state` at `now` as [`Fields`], the integers ratewell-redis's function library stores
+    /// for it; `None` when the state decides as a fresh key does (nothing is to be stored).
+    /// `now` must be a whole number of microseconds (the fields' time line); the values are
+    /// those the function library writes after the same decisions.
+    pub fn to_fields(&self, state: State, now: Nanos) -> Option<Fields> {
+        self.policy.algorithm.to_fields(state.0, now.0)
+    }
+
+    /// The state that `fields` (as [`to_fields`](Self::to_fields) or the function library
+    /// wrote them) describe at `now`, a whole number of microseconds: it decides every later
+    /// request as they do. `None` when they are not a state this policy writes (another
+    /// policy's, or values out of range): a caller treats the key as corrupt, never as fresh.
+    pub fn read_fields(&self, fields: &[i64], now: Nanos) -> Option<State> {
+        self.policy.algorithm.read_fields(fields, now.0).map(State)
     }
 
     /// The state under `self` of a key whose state under `from` is `state` at `now`: what the key
@@ -212,5 +293,110 @@ impl TryFrom<&Policy> for WordPolicy {
                 "a one-word algorithm (the sliding log's state is a list)",
             )
         })
+    }
+}
+
+/// The sliding log's pure decision, on a log a caller keeps (another backend, a simulation): the
+/// counterpart of [`WordPolicy`] for the one algorithm whose state is a list of `(time, cost)`
+/// entries rather than a word.
+///
+/// # Examples
+///
+/// ```
+/// use ratewell::{LogPolicy, LogState, Nanos};
+///
+/// let pure = LogPolicy::new(&"sliding-log limit=2 window=1s".parse()?).unwrap();
+/// let mut log = LogState::default();
+/// let (d, at) = pure.take(&mut log, Nanos::new(10), 2);
+/// assert!(d.is_admitted());
+/// assert_eq!(at, Some(Nanos::new(10)));
+/// assert!(!pure.take(&mut log, Nanos::new(20), 1).0.is_admitted());
+/// // The charge given back: the log is the one without it.
+/// pure.give_back(&mut log, Nanos::new(10), 2);
+/// assert_eq!(log.len(), 0);
+/// # Ok::<(), ratewell::PolicyError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogPolicy {
+    log: crate::algorithms::sliding_log::SlidingLog,
+    policy: Policy,
+}
+
+/// One key's sliding log: its entries `(time, cost)`, oldest first, times strictly increasing.
+#[derive(Debug, Default)]
+pub struct LogState(crate::algorithms::sliding_log::Log);
+
+impl LogState {
+    /// The log of `entries` (oldest first), if `policy` could have written it: times strictly
+    /// increasing, costs at least 1, at most the limit in all, every entry within the window of
+    /// the newest. `None` otherwise (a corrupt store).
+    pub fn from_entries(
+        policy: &LogPolicy,
+        entries: impl IntoIterator<Item = (Nanos, u64)>,
+    ) -> Option<LogState> {
+        let entries = entries.into_iter().map(|(t, c)| (t.0, c)).collect();
+        crate::algorithms::sliding_log::Log::from_entries(&policy.log, entries).map(LogState)
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (Nanos, u64)> + '_ {
+        self.0.entries().map(|(t, c)| (Nanos(t), c))
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.0.entries().len()
+    }
+
+    /// `true` when the log holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl LogPolicy {
+    /// The sliding log of `policy`, or `None` for a one-word algorithm (see [`WordPolicy`]).
+    pub fn new(policy: &Policy) -> Option<Self> {
+        match &policy.algorithm {
+            Algorithm::Log(log) => Some(LogPolicy { log: log.clone(), policy: policy.clone() }),
+            _ => None,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Decide a request of `cost` (0 is taken as 1) at `now`, and log it if admitted: the
+    /// decision and the time of its entry (what [`give_back`](Self::give_back) needs). An
+    /// admission drops the entries that can never count again; a rejection changes nothing.
+    pub fn take(&self, log: &mut LogState, now: Nanos, cost: u32) -> (Decision, Option<Nanos>) {
+        let (decision, at) = self.log.take(&mut log.0, now.0, cost.max(1));
+        (decision, at.map(Nanos))
+    }
+
+    /// Decide without logging: whether a request of `cost` (0 is taken as 1) would be admitted,
+    /// with the remaining quota, reset and replenish times as they are.
+    pub fn peek(&self, log: &LogState, now: Nanos, cost: u32) -> Decision {
+        self.log.peek(&log.0, now.0, cost.max(1))
+    }
+
+    /// The log as it is at `now`, as a decision that takes nothing (impossible): its remaining,
+    /// reset and replenish times.
+    pub fn probe(&self, log: &LogState, now: Nanos) -> Decision {
+        self.log.probe(&log.0, now.0)
+    }
+
+    /// Take back an admission of `cost` logged at `at`: its cost comes off that entry, if the log
+    /// still holds it (exact); an entry already dropped has nothing left to give back.
+    pub fn give_back(&self, log: &mut LogState, at: Nanos, cost: u32) {
+        self.log.give_back(&mut log.0, at.0, u64::from(cost.max(1)));
+    }
+
+    /// `true` once every entry has expired at `now`: the log decides as an empty one (it may be
+    /// dropped).
+    pub fn is_fresh(&self, log: &LogState, now: Nanos) -> bool {
+        self.log.is_fresh(&log.0, now.0)
     }
 }

@@ -31,6 +31,7 @@ pub(crate) mod sliding;
 pub(crate) mod sliding_log;
 
 use crate::decision::Decision;
+use crate::word::Fields;
 
 /// The shortest idle horizon a configuration may have; below it the policy is rejected.
 ///
@@ -124,6 +125,14 @@ pub(crate) trait OneWord {
     fn refund(&self, word: u64, now: u64, before: u64, after: u64, cost: u64) -> u64 {
         if word == after { before } else { self.give_back(word, now, after, cost) }
     }
+
+    /// `word` at `now` (a whole number of microseconds, in ns) as the fields ratewell-redis's
+    /// function library stores; `None` when the word decides as a fresh one does.
+    fn to_fields(&self, word: u64, now: u64) -> Option<Fields>;
+
+    /// The word that `fields` describe at `now`; `None` when they are not a state of this
+    /// configuration.
+    fn read_fields(&self, fields: &[i64], now: u64) -> Option<u64>;
 
     /// The decision, and the word to store if admitted.
     #[inline(never)]
@@ -242,6 +251,21 @@ impl Algorithm {
     /// [`OneWord::refund`] on a one-word algorithm.
     pub(crate) fn refund(&self, word: u64, now: u64, before: u64, after: u64, cost: u32) -> u64 {
         dispatch!(self, a => a.refund(word, now, before, after, u64::from(cost)))
+    }
+
+    /// [`OneWord::give_back`] on a one-word algorithm.
+    pub(crate) fn give_back(&self, word: u64, now: u64, charged: u64, cost: u32) -> u64 {
+        dispatch!(self, a => a.give_back(word, now, charged, u64::from(cost)))
+    }
+
+    /// [`OneWord::to_fields`] on a one-word algorithm.
+    pub(crate) fn to_fields(&self, word: u64, now: u64) -> Option<Fields> {
+        dispatch!(self, a => a.to_fields(word, now))
+    }
+
+    /// [`OneWord::read_fields`] on a one-word algorithm.
+    pub(crate) fn read_fields(&self, fields: &[i64], now: u64) -> Option<u64> {
+        dispatch!(self, a => a.read_fields(fields, now))
     }
 
     /// This algorithm decided at a limit of at most `limit` for one call, on the same state

@@ -133,6 +133,11 @@ impl SlidingLog {
         }
     }
 
+    /// The decision on `log` without logging anything (a peek).
+    pub(crate) fn peek(&self, log: &Log, now: u64, cost: u32) -> Decision {
+        self.evaluate(log, now, u64::from(cost), false).0
+    }
+
     /// The log as it is at `now`, as a decision that takes nothing (impossible).
     pub(crate) fn probe(&self, log: &Log, now: u64) -> Decision {
         self.evaluate(log, now, u64::MAX, false).0
