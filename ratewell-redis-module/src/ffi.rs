@@ -1,0 +1,548 @@
+//! The module: `RedisModule_OnLoad`, the server's API, and `RATEWELL.BATCH` on the server's
+//! keyspace. The only `unsafe` code of the crate; every block says why it holds.
+//!
+//! The API is the table of functions `redismodule.h` describes, looked up by name at load
+//! through `RedisModule_GetApi` (the first word of the load context, as the header's own
+//! `RedisModule_Init` does). Only functions Redis 7.0 has are used; a server that lacks one
+//! refuses the module at load, saying which.
+//!
+//! Effects, not commands, are replicated: each changed key goes to the replicas and the AOF as
+//! the command that leaves it as the primary has it (`SET key value PXAT t`, `DEL key`, the
+//! list's `LTRIM`/`LSET`/`RPUSH`/`LREM` and `PEXPIREAT`), so a replica or an AOF replay never
+//! decides on a clock of its own. A command that changes nothing replicates nothing.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::ffi::{CString, c_char, c_int, c_long, c_longlong, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::batch::{Policies, Reply, Store, WrongType, decide};
+
+/// `RedisModuleCtx`, `RedisModuleString`, `RedisModuleKey`: opaque.
+#[repr(C)]
+pub(crate) struct Ctx {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub(crate) struct RString {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub(crate) struct Key {
+    _opaque: [u8; 0],
+}
+
+const OK: c_int = 0;
+const ERR: c_int = 1;
+const APIVER_1: c_int = 1;
+const READ: c_int = 1;
+const WRITE: c_int = 2;
+const KEYTYPE_EMPTY: c_int = 0;
+const KEYTYPE_STRING: c_int = 1;
+const KEYTYPE_LIST: c_int = 2;
+const LIST_HEAD: c_int = 0;
+const LIST_TAIL: c_int = 1;
+const NO_EXPIRE: c_longlong = -1;
+
+type CmdFunc = unsafe extern "C" fn(*mut Ctx, *mut *mut RString, c_int) -> c_int;
+type GetApi = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+
+/// The functions this module calls, by their `redismodule.h` names and signatures.
+macro_rules! api {
+    ($($field:ident = $name:literal: $ty:ty,)*) => {
+        struct Api { $($field: $ty,)* }
+
+        impl Api {
+            /// Every function, or the name of the first the server lacks.
+            ///
+            /// # Safety
+            /// `get` is the server's `RedisModule_GetApi`.
+            unsafe fn load(get: GetApi) -> Result<Api, &'static str> {
+                Ok(Api { $($field: {
+                    let mut f: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: `get` writes a function pointer (or nothing) into `f`, which is
+                    // pointer-sized; the name is NUL-terminated.
+                    let found = unsafe { get(concat!($name, "\0").as_ptr().cast(), (&raw mut f).cast()) };
+                    if found != OK || f.is_null() {
+                        return Err($name);
+                    }
+                    // SAFETY: the server's function of that name has the signature
+                    // `redismodule.h` declares, which `$ty` transcribes.
+                    unsafe { std::mem::transmute::<*mut c_void, $ty>(f) }
+                },)* })
+            }
+        }
+    };
+}
+
+api! {
+    set_module_attribs = "RedisModule_SetModuleAttribs":
+        unsafe extern "C" fn(*mut Ctx, *const c_char, c_int, c_int),
+    is_module_name_busy = "RedisModule_IsModuleNameBusy": unsafe extern "C" fn(*const c_char) -> c_int,
+    create_command = "RedisModule_CreateCommand":
+        unsafe extern "C" fn(*mut Ctx, *const c_char, Option<CmdFunc>, *const c_char, c_int, c_int, c_int) -> c_int,
+    string_ptr_len = "RedisModule_StringPtrLen":
+        unsafe extern "C" fn(*const RString, *mut usize) -> *const c_char,
+    create_string = "RedisModule_CreateString":
+        unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> *mut RString,
+    free_string = "RedisModule_FreeString": unsafe extern "C" fn(*mut Ctx, *mut RString),
+    open_key = "RedisModule_OpenKey": unsafe extern "C" fn(*mut Ctx, *mut RString, c_int) -> *mut Key,
+    close_key = "RedisModule_CloseKey": unsafe extern "C" fn(*mut Key),
+    key_type = "RedisModule_KeyType": unsafe extern "C" fn(*mut Key) -> c_int,
+    value_length = "RedisModule_ValueLength": unsafe extern "C" fn(*mut Key) -> usize,
+    string_dma = "RedisModule_StringDMA": unsafe extern "C" fn(*mut Key, *mut usize, c_int) -> *mut c_char,
+    string_truncate = "RedisModule_StringTruncate": unsafe extern "C" fn(*mut Key, usize) -> c_int,
+    delete_key = "RedisModule_DeleteKey": unsafe extern "C" fn(*mut Key) -> c_int,
+    get_abs_expire = "RedisModule_GetAbsExpire": unsafe extern "C" fn(*mut Key) -> c_longlong,
+    set_abs_expire = "RedisModule_SetAbsExpire": unsafe extern "C" fn(*mut Key, c_longlong) -> c_int,
+    list_push = "RedisModule_ListPush": unsafe extern "C" fn(*mut Key, c_int, *mut RString) -> c_int,
+    list_pop = "RedisModule_ListPop": unsafe extern "C" fn(*mut Key, c_int) -> *mut RString,
+    list_get = "RedisModule_ListGet": unsafe extern "C" fn(*mut Key, c_long) -> *mut RString,
+    list_set = "RedisModule_ListSet": unsafe extern "C" fn(*mut Key, c_long, *mut RString) -> c_int,
+    list_delete = "RedisModule_ListDelete": unsafe extern "C" fn(*mut Key, c_long) -> c_int,
+    reply_with_array = "RedisModule_ReplyWithArray": unsafe extern "C" fn(*mut Ctx, c_long) -> c_int,
+    reply_with_long_long = "RedisModule_ReplyWithLongLong":
+        unsafe extern "C" fn(*mut Ctx, c_longlong) -> c_int,
+    reply_with_string_buffer = "RedisModule_ReplyWithStringBuffer":
+        unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> c_int,
+    reply_with_error = "RedisModule_ReplyWithError": unsafe extern "C" fn(*mut Ctx, *const c_char) -> c_int,
+    replicate = "RedisModule_Replicate":
+        unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> c_int,
+    log = "RedisModule_Log": unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...),
+}
+
+static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
+
+thread_local! {
+    /// The policies commands name, parsed once (commands run on the server's main thread).
+    static POLICIES: RefCell<Policies> = RefCell::new(Policies::default());
+}
+
+/// The module's version as the server lists it (`MODULE LIST`): major * 10000 + minor * 100 +
+/// patch.
+fn version() -> c_int {
+    let part = |s: &str| s.parse::<c_int>().unwrap_or(0);
+    part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+/// Load: look up the API, name the module `ratewell`, and register `RATEWELL.BATCH`: a write
+/// command refused when the server is out of memory, whose keys are every argument but the last
+/// (so a cluster routes it, and refuses keys of different slots).
+///
+/// # Safety
+/// Called by the server, once, with a load context.
+#[unsafe(no_mangle)]
+#[allow(unreachable_pub)] // exported to the server, not to Rust
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut Ctx,
+    _argv: *mut *mut RString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the context's first word is `RedisModule_GetApi` (`RedisModule_Init` in
+    // `redismodule.h` reads it so), a function of this signature.
+    let get = unsafe { std::mem::transmute::<*mut c_void, GetApi>(*ctx.cast::<*mut c_void>()) };
+    // SAFETY: `get` is the server's `RedisModule_GetApi`.
+    let api = match unsafe { Api::load(get) } {
+        Ok(api) => api,
+        Err(missing) => {
+            // Without the API there is no log function either: the server logs the failure.
+            let _ = missing;
+            return ERR;
+        }
+    };
+    let api = API.get_or_init(|| api);
+    // SAFETY: the strings are NUL-terminated; `ctx` is the load context.
+    unsafe {
+        if (api.is_module_name_busy)(c"ratewell".as_ptr()) != 0 {
+            (api.log)(
+                ctx,
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                c"ratewell: a module of that name is loaded already".as_ptr(),
+            );
+            return ERR;
+        }
+        (api.set_module_attribs)(ctx, c"ratewell".as_ptr(), version(), APIVER_1);
+        if (api.create_command)(
+            ctx,
+            c"ratewell.batch".as_ptr(),
+            Some(batch_command),
+            c"write deny-oom".as_ptr(),
+            1,
+            -2,
+            1,
+        ) != OK
+        {
+            return ERR;
+        }
+    }
+    OK
+}
+
+/// `RATEWELL.BATCH key [key ...] args`: the function library's batch, decided here.
+///
+/// # Safety
+/// Called by the server with a command context and `argc` arguments.
+unsafe extern "C" fn batch_command(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c_int {
+    let Some(api) = API.get() else { return ERR };
+    let argc = usize::try_from(argc).unwrap_or(0);
+    if argc < 3 {
+        // SAFETY: a NUL-terminated message on the command's context.
+        unsafe {
+            (api.reply_with_error)(
+                ctx,
+                c"ERR wrong number of arguments for 'ratewell.batch' command".as_ptr(),
+            )
+        };
+        return OK;
+    }
+    // SAFETY: the server passes `argc` valid strings, alive for the whole call.
+    let args: &[*mut RString] = unsafe { std::slice::from_raw_parts(argv, argc) };
+    let bytes = |s: *mut RString| -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: `s` is one of the call's strings; the pointer it returns is valid for `len`
+        // bytes while the string lives (the whole call) and nothing here changes it.
+        unsafe {
+            let p = (api.string_ptr_len)(s, &raw mut len);
+            if p.is_null() { &[] } else { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+        }
+    };
+    let keys = &args[1..argc - 1];
+    let names: Vec<&[u8]> = keys.iter().map(|&k| bytes(k)).collect();
+    let blob = bytes(args[argc - 1]);
+
+    let mut server = Server { api, ctx, keys, real_us: None };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let Some(frames) = crate::frames(blob) else {
+            return Err("ratewell: the last argument is not the library's arguments, framed".into());
+        };
+        POLICIES.with(|p| decide(&mut server, &mut p.borrow_mut(), &names, &frames))
+    }));
+    let reply = match result {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(format!("ratewell: internal error: {what}"))
+        }
+    };
+    // SAFETY: replies on the command's context, each string valid for its length.
+    unsafe {
+        match reply {
+            Err(e) => {
+                (api.reply_with_error)(ctx, error_text(&e).as_ptr());
+            }
+            Ok(fields) => {
+                (api.reply_with_array)(ctx, fields.len() as c_long);
+                for f in &fields {
+                    match f {
+                        Reply::Int(v) => (api.reply_with_long_long)(ctx, *v),
+                        Reply::Bytes(b) => {
+                            (api.reply_with_string_buffer)(ctx, b.as_ptr().cast(), b.len())
+                        }
+                        Reply::Error(e) => (api.reply_with_error)(ctx, error_text(e).as_ptr()),
+                    };
+                }
+            }
+        }
+    }
+    OK
+}
+
+/// An error reply's text, without the bytes a reply cannot carry.
+fn error_text(e: &str) -> CString {
+    let clean: String =
+        e.chars().map(|c| if c == '\0' || c == '\r' || c == '\n' { ' ' } else { c }).collect();
+    CString::new(clean).unwrap_or_default()
+}
+
+/// The server's keyspace, for one command: its key arguments by index.
+struct Server<'a> {
+    api: &'static Api,
+    ctx: *mut Ctx,
+    keys: &'a [*mut RString],
+    /// The machine's clock, read once: for expiries (and for the decisions, unless the request
+    /// names its own time).
+    real_us: Option<u64>,
+}
+
+/// An open key, closed when dropped.
+struct Open<'a> {
+    api: &'a Api,
+    key: *mut Key,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `key` came from `OpenKey` and is closed once.
+        unsafe { (self.api.close_key)(self.key) }
+    }
+}
+
+impl Server<'_> {
+    fn real_us(&mut self) -> u64 {
+        *self.real_us.get_or_insert_with(|| {
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+        })
+    }
+
+    fn open(&self, key: usize, mode: c_int) -> Option<Open<'static>> {
+        // SAFETY: `keys[key]` is one of the call's key arguments.
+        let k = unsafe { (self.api.open_key)(self.ctx, self.keys[key], mode) };
+        (!k.is_null()).then_some(Open { api: self.api, key: k })
+    }
+
+    /// A new string of `bytes`, freed by the caller.
+    fn string(&self, bytes: &[u8]) -> *mut RString {
+        // SAFETY: `bytes` is valid for its length; the server copies it.
+        unsafe { (self.api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) }
+    }
+
+    /// Move the open key's expiry to `now + ttl_ms` if it expires earlier (or never), and
+    /// return the absolute expiry it has then (ms since the epoch).
+    fn expire_at_least(&mut self, open: &Open<'_>, ttl_ms: u64) -> c_longlong {
+        let target = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
+        // SAFETY: `open.key` is an open key of this command.
+        unsafe {
+            let current = (self.api.get_abs_expire)(open.key);
+            if current == NO_EXPIRE || current < target {
+                (self.api.set_abs_expire)(open.key, target);
+                target
+            } else {
+                current
+            }
+        }
+    }
+}
+
+/// The bytes of a string the server returned, and the string freed.
+///
+/// # Safety
+/// `s` is a string the server handed this module to free.
+unsafe fn take_string(api: &Api, ctx: *mut Ctx, s: *mut RString) -> Vec<u8> {
+    let mut len = 0usize;
+    // SAFETY: `s` is valid until freed; its bytes are copied first.
+    unsafe {
+        let p = (api.string_ptr_len)(s, &raw mut len);
+        let out = if p.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
+        };
+        (api.free_string)(ctx, s);
+        out
+    }
+}
+
+impl Store for Server<'_> {
+    fn now_us(&mut self) -> u64 {
+        self.real_us()
+    }
+
+    fn get(&mut self, key: usize) -> Result<Option<Vec<u8>>, WrongType> {
+        let Some(open) = self.open(key, READ) else { return Ok(None) };
+        // SAFETY: an open key; the DMA pointer is valid for `len` bytes until the key closes,
+        // and the bytes are copied before it does.
+        unsafe {
+            match (self.api.key_type)(open.key) {
+                KEYTYPE_EMPTY => Ok(None),
+                KEYTYPE_STRING => {
+                    let mut len = 0usize;
+                    let p = (self.api.string_dma)(open.key, &raw mut len, READ);
+                    Ok(Some(if p.is_null() {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
+                    }))
+                }
+                _ => Err(WrongType),
+            }
+        }
+    }
+
+    fn set(&mut self, key: usize, value: &[u8], ttl_ms: u64) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        // SAFETY: an open key of type string or empty (the batch read it so); truncating to
+        // the value's length makes the DMA buffer that long, and exactly that much is written.
+        unsafe {
+            if (self.api.key_type)(open.key) != KEYTYPE_STRING
+                && (self.api.key_type)(open.key) != KEYTYPE_EMPTY
+            {
+                return;
+            }
+            if (self.api.string_truncate)(open.key, value.len()) != OK {
+                return;
+            }
+            let mut len = 0usize;
+            let p = (self.api.string_dma)(open.key, &raw mut len, READ | WRITE);
+            if p.is_null() || len != value.len() {
+                return;
+            }
+            std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), len);
+        }
+        let at = self.expire_at_least(&open, ttl_ms);
+        // SAFETY: the format's arguments match it: a string, a buffer and its length, a C
+        // string, a long long.
+        unsafe {
+            (self.api.replicate)(
+                self.ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                self.keys[key],
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                at,
+            );
+        }
+    }
+
+    fn delete(&mut self, key: usize) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        // SAFETY: an open key; the format takes one string.
+        unsafe {
+            if (self.api.key_type)(open.key) == KEYTYPE_EMPTY {
+                return;
+            }
+            (self.api.delete_key)(open.key);
+            (self.api.replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.keys[key]);
+        }
+    }
+
+    fn list(&mut self, key: usize) -> Result<Vec<Vec<u8>>, WrongType> {
+        let Some(open) = self.open(key, READ) else { return Ok(Vec::new()) };
+        // SAFETY: an open key; each element the server returns is copied and freed.
+        unsafe {
+            match (self.api.key_type)(open.key) {
+                KEYTYPE_EMPTY => Ok(Vec::new()),
+                KEYTYPE_LIST => {
+                    let len = (self.api.value_length)(open.key);
+                    let mut out = Vec::with_capacity(len);
+                    for i in 0..len {
+                        let s = (self.api.list_get)(open.key, i as c_long);
+                        if s.is_null() {
+                            break;
+                        }
+                        out.push(take_string(self.api, self.ctx, s));
+                    }
+                    Ok(out)
+                }
+                _ => Err(WrongType),
+            }
+        }
+    }
+
+    fn list_trim_front(&mut self, key: usize, n: usize) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        // SAFETY: an open list; each popped element is freed; the format takes a string and
+        // two long longs.
+        unsafe {
+            for _ in 0..n {
+                let s = (self.api.list_pop)(open.key, LIST_HEAD);
+                if s.is_null() {
+                    break;
+                }
+                (self.api.free_string)(self.ctx, s);
+            }
+            (self.api.replicate)(
+                self.ctx,
+                c"LTRIM".as_ptr(),
+                c"sll".as_ptr(),
+                self.keys[key],
+                n as c_longlong,
+                -1 as c_longlong,
+            );
+        }
+    }
+
+    fn list_set(&mut self, key: usize, index: usize, value: &[u8]) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let s = self.string(value);
+        // SAFETY: an open list and a string this function made, freed after the server copied
+        // it; the format takes a string, a long long and a buffer with its length.
+        unsafe {
+            (self.api.list_set)(open.key, index as c_long, s);
+            (self.api.free_string)(self.ctx, s);
+            (self.api.replicate)(
+                self.ctx,
+                c"LSET".as_ptr(),
+                c"slb".as_ptr(),
+                self.keys[key],
+                index as c_longlong,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+            );
+        }
+    }
+
+    fn list_push(&mut self, key: usize, value: &[u8]) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let s = self.string(value);
+        // SAFETY: as in `list_set`; the format takes a string and a buffer with its length.
+        unsafe {
+            (self.api.list_push)(open.key, LIST_TAIL, s);
+            (self.api.free_string)(self.ctx, s);
+            (self.api.replicate)(
+                self.ctx,
+                c"RPUSH".as_ptr(),
+                c"sb".as_ptr(),
+                self.keys[key],
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+            );
+        }
+    }
+
+    fn list_remove(&mut self, key: usize, index: usize) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        // SAFETY: an open list; the formats take a string, a long long and a buffer, then a
+        // string, a long long and a buffer (`LSET` to a marker, `LREM` of it: the element at
+        // `index`, removed on the replicas as the script removes it).
+        unsafe {
+            (self.api.list_delete)(open.key, index as c_long);
+            (self.api.replicate)(
+                self.ctx,
+                c"LSET".as_ptr(),
+                c"slb".as_ptr(),
+                self.keys[key],
+                index as c_longlong,
+                c"".as_ptr(),
+                0usize,
+            );
+            (self.api.replicate)(
+                self.ctx,
+                c"LREM".as_ptr(),
+                c"slb".as_ptr(),
+                self.keys[key],
+                1 as c_longlong,
+                c"".as_ptr(),
+                0usize,
+            );
+        }
+    }
+
+    fn expire(&mut self, key: usize, ttl_ms: u64) {
+        let Some(open) = self.open(key, READ | WRITE) else { return };
+        // SAFETY: an open key.
+        if unsafe { (self.api.key_type)(open.key) } == KEYTYPE_EMPTY {
+            return;
+        }
+        let at = self.expire_at_least(&open, ttl_ms);
+        // SAFETY: the format takes a string and a long long.
+        unsafe {
+            (self.api.replicate)(
+                self.ctx,
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                self.keys[key],
+                at,
+            );
+        }
+    }
+}
