@@ -1,7 +1,9 @@
 //! `replay --backend redis://...` prints exactly what the in-process `replay` prints: every
 //! algorithm and layered limits, on generated traces with microsecond times (bursts at one
 //! instant, steps on and next to the policies' boundaries, mixed and impossible costs, idle gaps
-//! of hours, several keys), against a `redis-server` the test starts on a free loopback port.
+//! of hours, several keys), against a `redis-server` the test starts on a free loopback port: with
+//! the function library deciding, and with ratewell-redis-module loaded (its native command
+//! deciding).
 
 mod common;
 #[path = "../../ratewell-redis/tests/common/mod.rs"]
@@ -10,7 +12,7 @@ mod redis_server;
 use std::fmt::Write;
 
 use common::ratewell;
-use redis_server::{Rng, Server};
+use redis_server::{PATHS, Path, Rng, Server};
 
 /// A trace of `lines` requests on `keys` keys, times in whole microseconds.
 fn trace(seed: u64, lines: usize, keys: usize, step_us: u64, window_us: u64, limit: u64) -> String {
@@ -63,7 +65,13 @@ fn compare(server: &Server, policies: &[&str], input: &str, extra: &[&str]) {
 
 #[test]
 fn every_algorithm_replays_as_in_process() {
-    let server = Server::start();
+    for path in PATHS {
+        every_algorithm_replays_as_in_process_on(path);
+    }
+}
+
+fn every_algorithm_replays_as_in_process_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let cases: &[(&str, u64, u64, u64)] = &[
         // (policy, emission step us, window us, limit)
         ("token-bucket capacity=5 rate=7/s", 142_857, 714_286, 5),
@@ -90,7 +98,13 @@ fn every_algorithm_replays_as_in_process() {
 
 #[test]
 fn layered_limits_replay_as_in_process() {
-    let server = Server::start();
+    for path in PATHS {
+        layered_limits_replay_as_in_process_on(path);
+    }
+}
+
+fn layered_limits_replay_as_in_process_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let sets: &[&[&str]] = &[
         &["token-bucket capacity=5 rate=7/s", "fixed-window limit=8 window=1s"],
         &[

@@ -8,7 +8,10 @@
 //! - leases on one hot key next to the in-process keyed limiter, with the global count checked
 //!   exact.
 //!
-//! `cargo bench -p ratewell-redis`; `--quick` for a short run (what CI does).
+//! `cargo bench -p ratewell-redis`; `--quick` for a short run (what CI does); `--module` loads
+//! ratewell-redis-module into the server (built with `--release`) and measures both paths side by
+//! side: every decision row and the batch sweep for the module's native command and for the
+//! function library (a limiter built with `module(false)`).
 //!
 //! [`Builder::batch`]: ratewell_redis::Builder::batch
 
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{Path, Server};
 use ratewell::{KeyedLimiter, Policy};
 use ratewell_redis::{Leases, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
@@ -66,47 +69,82 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 async fn limiter(server: &Server, policy: &str, prefix: &str) -> RedisLimiter {
-    batched(server, policy, prefix, 64).await
+    batched(server, policy, prefix, 64, Path::Library).await
 }
 
-async fn batched(server: &Server, policy: &str, prefix: &str, batch: usize) -> RedisLimiter {
+async fn batched(
+    server: &Server,
+    policy: &str,
+    prefix: &str,
+    batch: usize,
+    path: Path,
+) -> RedisLimiter {
     RedisLimiter::builder(&server.url())
         .layer("bench", &policy.parse::<Policy>().unwrap())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
         .batch(batch)
+        .module(path == Path::Module)
         .build()
         .await
         .unwrap()
 }
 
+fn label(path: Path) -> &'static str {
+    match path {
+        Path::Library => "library",
+        Path::Module => "module",
+    }
+}
+
 /// Latency of one client doing one thing at a time: PING and decisions interleaved in blocks, so
-/// both see the same machine.
-async fn latency(server: &Server, conn: &ConnectionManager, rounds: usize) {
-    let l = limiter(server, "token-bucket capacity=1000 rate=1000/s", "lat:").await;
-    let layered = RedisLimiter::builder(&server.url())
-        .layer("ip", &"token-bucket capacity=1000 rate=1000/s".parse().unwrap())
-        .layer("minute", &"fixed-window limit=100000 window=1m".parse().unwrap())
-        .layer("day", &"sliding-window limit=10000 window=1d".parse().unwrap())
-        .prefix("lat3:")
-        .build()
-        .await
-        .unwrap();
+/// that all see the same machine; each decision row on every path.
+async fn latency(server: &Server, conn: &ConnectionManager, rounds: usize, paths: &[Path]) {
+    let mut single = Vec::new();
+    let mut layered = Vec::new();
+    for &path in paths {
+        let prefix = label(path);
+        single.push(
+            batched(
+                server,
+                "token-bucket capacity=1000 rate=1000/s",
+                &format!("lat{prefix}:"),
+                64,
+                path,
+            )
+            .await,
+        );
+        layered.push(
+            RedisLimiter::builder(&server.url())
+                .layer("ip", &"token-bucket capacity=1000 rate=1000/s".parse().unwrap())
+                .layer("minute", &"fixed-window limit=100000 window=1m".parse().unwrap())
+                .layer("day", &"sliding-window limit=10000 window=1d".parse().unwrap())
+                .prefix(format!("lat3{prefix}:"))
+                .module(path == Path::Module)
+                .build()
+                .await
+                .unwrap(),
+        );
+    }
     let keys: Vec<String> = (0..1000).map(|i| format!("client-{i}")).collect();
-    let (mut ping, mut decide, mut three, mut floor) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ping = Vec::new();
+    let mut floor = Vec::new();
+    let mut decide = vec![Vec::new(); paths.len()];
+    let mut three = vec![Vec::new(); paths.len()];
     for round in 0..rounds {
         for _ in 0..100 {
             let t = Instant::now();
             let _: String = redis::cmd("PING").query_async(&mut conn.clone()).await.unwrap();
             ping.push(t.elapsed());
         }
-        for i in 0..100 {
-            let key = &keys[(round * 100 + i) % keys.len()];
-            let t = Instant::now();
-            let v = l.check(key, 1).await;
-            decide.push(t.elapsed());
-            assert_eq!(v.source(), Source::Server);
+        for (p, l) in single.iter().enumerate() {
+            for i in 0..100 {
+                let key = &keys[(round * 100 + i) % keys.len()];
+                let t = Instant::now();
+                let v = l.check(key, 1).await;
+                decide[p].push(t.elapsed());
+                assert_eq!(v.source(), Source::Server);
+            }
         }
         for i in 0..100 {
             let key = &keys[(round * 100 + i) % keys.len()];
@@ -114,28 +152,39 @@ async fn latency(server: &Server, conn: &ConnectionManager, rounds: usize) {
             floor_script(conn, key).await;
             floor.push(t.elapsed());
         }
-        for i in 0..100 {
-            let key = keys[(round * 100 + i) % keys.len()].as_str();
-            let t = Instant::now();
-            let v = layered.check_layers(&[Some(key); 3], 1).await.unwrap();
-            three.push(t.elapsed());
-            assert_eq!(v.source(), Source::Server);
+        for (p, l) in layered.iter().enumerate() {
+            for i in 0..100 {
+                let key = keys[(round * 100 + i) % keys.len()].as_str();
+                let t = Instant::now();
+                let v = l.check_layers(&[Some(key); 3], 1).await.unwrap();
+                three[p].push(t.elapsed());
+                assert_eq!(v.source(), Source::Server);
+            }
         }
     }
-    for v in [&mut ping, &mut decide, &mut three, &mut floor] {
+    for (&path, (l, three)) in paths.iter().zip(single.iter().zip(&layered)) {
+        let (m, m3) = (l.metrics(), three.metrics());
+        assert_eq!(m.module_calls > 0, path == Path::Module, "{m:?}");
+        assert_eq!(m3.module_calls > 0, path == Path::Module, "{m3:?}");
+    }
+    let mut rows: Vec<(String, Vec<Duration>)> = vec![("PING".into(), ping)];
+    for (p, &path) in paths.iter().enumerate() {
+        rows.push((
+            format!("decision (token bucket, {})", label(path)),
+            std::mem::take(&mut decide[p]),
+        ));
+        rows.push((format!("decision (3 layers, {})", label(path)), std::mem::take(&mut three[p])));
+    }
+    rows.push(("floor script".into(), floor));
+    for (_, v) in &mut rows {
         v.sort();
     }
-    let p50 = percentile(&ping, 0.5);
-    println!("latency, one client, {} each (interleaved blocks of 100):", ping.len());
-    for (name, v) in [
-        ("PING", &ping),
-        ("decision (token bucket)", &decide),
-        ("decision (3 layers)", &three),
-        ("floor script", &floor),
-    ] {
+    let p50 = percentile(&rows[0].1, 0.5);
+    println!("latency, one client, {} each (interleaved blocks of 100):", rows[0].1.len());
+    for (name, v) in &rows {
         let m = percentile(v, 0.5);
         println!(
-            "  {name:<24} p50 {m:>8.1?}  p99 {:>8.1?}  p50/PING {:.2}",
+            "  {name:<34} p50 {m:>8.1?}  p99 {:>8.1?}  p50/PING {:.2}",
             percentile(v, 0.99),
             m.as_secs_f64() / p50.as_secs_f64()
         );
@@ -197,16 +246,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs: f64) {
+async fn concurrent(
+    server: &Server,
+    conn: &ConnectionManager,
+    runs: usize,
+    secs: f64,
+    paths: &[Path],
+) {
     let pid = server.pid();
     let policy = "token-bucket capacity=1000 rate=1000/s";
     let sweep = [1usize, 4, 16, 64];
     let mut limiters = Vec::new();
-    for n in sweep {
-        limiters.push(batched(server, policy, &format!("tp{n}:"), n).await);
+    for &path in paths {
+        for n in sweep {
+            let prefix = format!("tp{}{n}:", label(path));
+            limiters.push((path, n, batched(server, policy, &prefix, n, path).await));
+        }
     }
-    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
-    let mut by_batch = vec![Vec::new(); sweep.len()];
+    // Per (path, batch): decisions over INCR, and server CPU per decision over per INCR.
+    let mut ratios = vec![Vec::new(); limiters.len()];
+    let mut cpu_ratios = vec![Vec::new(); limiters.len()];
     println!(
         "throughput, 64 tasks on one client (one multiplexed connection), distinct keys, {runs} \
          alternating runs of {secs} s; server CPU per operation from /proc:"
@@ -225,7 +284,7 @@ async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs
         })
         .await;
         println!("  run {run}: pipelined INCR {incr:>7.0}/s, server {}/INCR", us(incr_cpu));
-        for (k, (n, l)) in sweep.iter().zip(&limiters).enumerate() {
+        for (k, (path, n, l)) in limiters.iter().enumerate() {
             let before = l.metrics();
             let l2 = l.clone();
             let (decide, cpu) = measured(pid, secs, move |i| {
@@ -237,29 +296,34 @@ async fn concurrent(server: &Server, conn: &ConnectionManager, runs: usize, secs
             })
             .await;
             let after = l.metrics();
+            assert_eq!(after.module_calls > before.module_calls, *path == Path::Module);
             let mean =
                 (after.server - before.server) as f64 / (after.calls - before.calls).max(1) as f64;
-            by_batch[k].push(decide / incr);
+            ratios[k].push(decide / incr);
+            if let (Some(d), Some(i)) = (cpu, incr_cpu) {
+                cpu_ratios[k].push(d / i);
+            }
             println!(
-                "    batch <= {n:>2}: {decide:>7.0} decisions/s  decision/INCR {:.2}  mean batch \
-                 {mean:>5.1}  server {}/decision",
+                "    {:<7} batch <= {n:>2}: {decide:>7.0} decisions/s  decision/INCR {:.2}  mean \
+                 batch {mean:>5.1}  server {}/decision",
+                label(*path),
                 decide / incr,
                 us(cpu)
             );
-            if *n == 64 {
-                ratios.push(decide / incr);
-                if let (Some(d), Some(i)) = (cpu, incr_cpu) {
-                    cpu_ratios.push(d / i);
-                }
-            }
         }
     }
-    for (n, r) in sweep.iter().zip(by_batch) {
-        println!("  median decision/INCR, batch <= {n}: {:.2}", median(r));
-    }
-    println!("  median decision/INCR (default batch, 64): {:.2}", median(ratios));
-    if !cpu_ratios.is_empty() {
-        println!("  median server CPU per decision / per INCR: {:.2}", median(cpu_ratios));
+    for (k, (path, n, _)) in limiters.iter().enumerate() {
+        let cpu = if cpu_ratios[k].is_empty() {
+            "n/a".to_string()
+        } else {
+            format!("{:.2}", median(cpu_ratios[k].clone()))
+        };
+        println!(
+            "  median {:<7} batch <= {n:>2}: decision/INCR {:.2}, server CPU per decision / per \
+             INCR {cpu}",
+            label(*path),
+            median(ratios[k].clone())
+        );
     }
 }
 
@@ -334,7 +398,12 @@ async fn leases(server: &Server, runs: usize, n: u64) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let server = Server::start();
+    let paths: &[Path] = if std::env::args().any(|a| a == "--module") {
+        &[Path::Library, Path::Module]
+    } else {
+        &[Path::Library]
+    };
+    let server = Server::start_on(*paths.last().unwrap(), &[]);
     let version = server.cli(&["INFO", "server"]).unwrap_or_default();
     let version =
         version.lines().find(|l| l.starts_with("redis_version")).unwrap_or("").trim().to_string();
@@ -352,8 +421,8 @@ fn main() {
         let conn = ConnectionManager::new(client).await.unwrap();
         let (rounds, runs, secs, n) =
             if quick { (5, 1, 0.2, 200_000) } else { (100, 5, 2.0, 5_000_000) };
-        latency(&server, &conn, rounds).await;
-        concurrent(&server, &conn, runs, secs).await;
+        latency(&server, &conn, rounds, paths).await;
+        concurrent(&server, &conn, runs, secs, paths).await;
         leases(&server, runs, n).await;
     });
 }

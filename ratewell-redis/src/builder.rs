@@ -42,6 +42,7 @@ pub struct Builder {
     failover: Failover,
     backoff: (Duration, Duration),
     batch: usize,
+    module: bool,
 }
 
 impl Builder {
@@ -71,6 +72,17 @@ impl Builder {
     /// How long a decision waits for the server before the failover decides (default 50 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout.max(Duration::from_micros(1));
+        self
+    }
+
+    /// Whether calls go to the native command of ratewell-redis-module (`RATEWELL.BATCH`) where
+    /// the server has it loaded (default `true`): found with `COMMAND INFO` at connect and each
+    /// time the server comes back, and given up at the first call a server answers "unknown
+    /// command" (the call then goes to the function library). `false`: always the function
+    /// library. The two decide the same keys in the same bytes;
+    /// [`Metrics::module_calls`](crate::Metrics::module_calls) counts the module's calls.
+    pub fn module(mut self, use_it: bool) -> Self {
+        self.module = use_it;
         self
     }
 
@@ -167,6 +179,8 @@ impl Builder {
             conn,
             code: Code::get(),
             functions: AtomicBool::new(true),
+            module: self.module,
+            native: AtomicBool::new(false),
             layers,
             prefix: self.prefix,
             timeout: self.timeout,
@@ -192,7 +206,7 @@ impl Builder {
             match tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), shared.load())
                 .await
             {
-                Ok(Ok(reply)) if shared.loaded(&reply) => {}
+                Ok(Ok(reply)) if shared.loaded(&reply) => shared.detect_module().await,
                 Ok(Ok(other)) => {
                     return Err(Error::NotRedis(format!(
                         "loading the code answered {other:?}, not the library's name or the \
@@ -223,6 +237,7 @@ impl Builder {
             failover: Failover::Closed,
             backoff: (Duration::from_millis(10), Duration::from_secs(1)),
             batch: DEFAULT_BATCH,
+            module: true,
         }
     }
 }

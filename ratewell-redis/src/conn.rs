@@ -217,6 +217,10 @@ pub(crate) struct Shared {
     /// `true` while the server takes the function library (`FCALL`); `false` once it has been
     /// found without `FUNCTION`: then the script (`EVALSHA`).
     pub(crate) functions: AtomicBool,
+    /// Whether the builder allows the module's command.
+    pub(crate) module: bool,
+    /// `true` while the server has the module's command (`RATEWELL.BATCH`): calls go to it.
+    pub(crate) native: AtomicBool,
     pub(crate) layers: Vec<LayerSpec>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
@@ -274,6 +278,23 @@ impl Shared {
         Ok(v)
     }
 
+    /// Whether the server has the module's command (`COMMAND INFO ratewell.batch`): calls go to
+    /// it from now on if it has (and the builder allows it). An error leaves it as it was.
+    pub(crate) async fn detect_module(&self) {
+        if !self.module {
+            return;
+        }
+        let mut info = redis::cmd("COMMAND");
+        info.arg("INFO").arg("ratewell.batch");
+        let wait = self.timeout.max(Duration::from_secs(1));
+        if let Ok(Ok(Value::Array(items))) =
+            tokio::time::timeout(wait, self.conn.query(&info)).await
+        {
+            let found = items.first().is_some_and(|i| !matches!(i, Value::Nil));
+            self.native.store(found, Ordering::Relaxed);
+        }
+    }
+
     /// Whether a load's reply is the one Redis gives: the library's name, or the script's SHA1.
     pub(crate) fn loaded(&self, reply: &Value) -> bool {
         let want = if self.functions.load(Ordering::Relaxed) {
@@ -313,6 +334,18 @@ impl Shared {
             cmd
         };
         let call = async {
+            if self.native.load(Ordering::Relaxed) {
+                let mut cmd = redis::cmd("RATEWELL.BATCH");
+                cmd.arg(keys).arg(frame(args));
+                match self.conn.query(&cmd).await {
+                    // The module is gone (a failover to a server without it): the library.
+                    Err(e) if is_unknown_command(&e) => self.native.store(false, Ordering::Relaxed),
+                    other => {
+                        bump(&self.counters.module_calls);
+                        return other;
+                    }
+                }
+            }
             let functions = self.functions.load(Ordering::Relaxed);
             match self.conn.query(&command(functions)).await {
                 Err(e)
@@ -364,6 +397,17 @@ impl Shared {
     }
 }
 
+/// The library's arguments as the module's command takes them, in one argument: each as a
+/// 4-byte little-endian length and its bytes (`ratewell_redis_module::frames` reads it).
+fn frame(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(args.iter().map(|a| 4 + a.len()).sum());
+    for a in args {
+        out.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        out.extend_from_slice(a);
+    }
+    out
+}
+
 /// Probe a down connection with backoff until it answers, then mark it up.
 pub(crate) async fn reconnect(shared: Weak<Shared>, wake: Arc<Notify>) {
     loop {
@@ -394,6 +438,8 @@ pub(crate) async fn reconnect(shared: Weak<Shared>, wake: Arc<Notify>) {
                 _ => false,
             };
             if ok {
+                // The server that is back may have the module or not (a failover, a restart).
+                s.detect_module().await;
                 s.backoff_ns.store(s.backoff_min.as_nanos() as u64, Ordering::Relaxed);
                 s.down.store(false, Ordering::Release);
                 bump(&s.counters.reconnects);

@@ -705,7 +705,8 @@ local function alg_of(name)
   return a
 end
 
--- A layer's policy arrives as one argument, 'algorithm p1 p2 p3 p4 p5 p6', and is parsed once:
+-- A layer's policy arrives as one argument, 'algorithm p1 p2 p3 p4 p5 p6|policy' (after the bar,
+-- the engine's text, which the native module decides with), and is parsed once:
 -- a library keeps the parsed policies across calls (at most 1024, then it starts over), a
 -- script for its one call. p[1..6] as given; p[7..10] derived (GCRA and the exact leaky
 -- bucket: k = 1000 n, the full bucket's debt, the longest span ahead (us), one period (us)).
@@ -715,7 +716,10 @@ local POLICIES, npolicies = {}, 0
 local function policy_of(text)
   local known = POLICIES[text]
   if known then return known[1], known[2] end
-  local alg, a, b, c, d, e, f = match(text,
+  local head = text
+  local bar = find(text, '|', 1, true)
+  if bar then head = sub(text, 1, bar - 1) end
+  local alg, a, b, c, d, e, f = match(head,
     '^(%a+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
   if not alg or not MAKERS[alg] then
     error({err = format('ratewell: not a policy: %q', sub(text, 1, 64))})

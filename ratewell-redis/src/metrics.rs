@@ -25,6 +25,9 @@ pub struct Metrics {
     /// Calls of the server's code: each carries one request, or a batch of those that queued
     /// while the previous call was in flight (requests over calls is the mean batch).
     pub calls: u64,
+    /// Of those calls, the ones the native command of ratewell-redis-module decided
+    /// (`RATEWELL.BATCH`); the rest went to the function library (or the script).
+    pub module_calls: u64,
 }
 
 #[derive(Default)]
@@ -38,6 +41,7 @@ pub(crate) struct Counters {
     pub(crate) reconnects: AtomicU64,
     pub(crate) refunds: AtomicU64,
     pub(crate) calls: AtomicU64,
+    pub(crate) module_calls: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -58,6 +62,7 @@ impl Counters {
             reconnects: l(&c.reconnects),
             refunds: l(&c.refunds),
             calls: l(&c.calls),
+            module_calls: l(&c.module_calls),
         }
     }
 }

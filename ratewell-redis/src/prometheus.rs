@@ -23,6 +23,7 @@
 //! | `ratewell_redis_disconnects_total` | counter | | times the connection was marked down |
 //! | `ratewell_redis_reconnects_total` | counter | | times a probe found the server back |
 //! | `ratewell_redis_refunds_total` | counter | | charges taken back |
+//! | `ratewell_redis_calls_total` | counter | `path` | calls of the server's code (one request each, or a batch), by what decided them: the native `module` (ratewell-redis-module) or the function `library` |
 //! | `ratewell_redis_lease_units_total` | counter | `outcome` | lease units: `leased` from the server, `returned` to it, `spent` in process |
 //! | `ratewell_redis_leases_total` | counter | | leases taken |
 //! | `ratewell_redis_lease_round_trips_total` | counter | | requests decided by a round trip instead of a lease |
@@ -128,11 +129,13 @@ impl Collector for RedisCollector {
             m.reconnects,
         )?;
         counter(&mut encoder, "ratewell_redis_refunds", "Charges taken back.", m.refunds)?;
-        counter(
+        labelled(
             &mut encoder,
             "ratewell_redis_calls",
-            "Calls of the server's code, each carrying one request or a batch of them.",
-            m.calls,
+            "Calls of the server's code, each carrying one request or a batch of them, by what \
+             decided them: the native module or the function library.",
+            "path",
+            [("module", m.module_calls), ("library", m.calls.saturating_sub(m.module_calls))],
         )
     }
 }

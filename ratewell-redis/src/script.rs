@@ -87,6 +87,9 @@ impl std::error::Error for DomainError {}
 /// One layer as the script is given it: the algorithm's name and six integers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Compiled {
+    /// The policy in the engine's grammar, canonical: what the module
+    /// (ratewell-redis-module) decides with.
+    pub(crate) text: String,
     pub(crate) algorithm: &'static str,
     pub(crate) params: [i64; 6],
     pub(crate) limit: u64,
@@ -198,7 +201,7 @@ impl Compiled {
             }
             other => return too_big(format!("no script decides {other:?}")),
         };
-        Ok(Compiled { algorithm, params, limit, dry_run })
+        Ok(Compiled { text: policy.to_string(), algorithm, params, limit, dry_run })
     }
 
     /// The layer's two script arguments: the policy as one ('algorithm p1 .. p6', parsed once
@@ -208,13 +211,16 @@ impl Compiled {
         args.push(if self.dry_run { "1" } else { "0" }.to_string());
     }
 
-    /// The policy as the script takes it: 'algorithm p1 p2 p3 p4 p5 p6'.
+    /// The policy as the decision code takes it: 'algorithm p1 p2 p3 p4 p5 p6|policy', the
+    /// script's integers, then the engine's text, which the module decides with.
     pub(crate) fn policy_arg(&self) -> String {
         let mut s = self.algorithm.to_string();
         for p in self.params {
             s.push(' ');
             s.push_str(&p.to_string());
         }
+        s.push('|');
+        s.push_str(&self.text);
         s
     }
 
@@ -252,6 +258,21 @@ mod tests {
             "sliding-log limit=100 window=1d",
         ] {
             compile(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        }
+    }
+
+    #[test]
+    fn the_policy_argument_carries_the_engine_text_exactly() {
+        for spec in [
+            "token-bucket capacity=10 rate=7/s",
+            "leaky-bucket rate=3/250ms burst=5 delay=2 compat=nginx",
+            "fixed-window limit=3 window=1m align=first dry-run",
+        ] {
+            let policy: Policy = spec.parse().unwrap();
+            let arg = compile(spec).unwrap().policy_arg();
+            let (_, text) = arg.split_once('|').unwrap();
+            // The module parses it back: the same policy.
+            assert_eq!(text.parse::<Policy>().unwrap(), policy, "{arg}");
         }
     }
 

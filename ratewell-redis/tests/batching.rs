@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, Rng, Server};
+use common::{Cluster, PATHS, Path, Rng, Server};
 use ratewell::{Decision, Nanos, Policy};
 use ratewell_redis::{Builder, Receipt, RedisLimiter, Source, Verdict};
 
@@ -161,7 +161,13 @@ async fn compare(
 
 #[tokio::test]
 async fn batched_decisions_equal_sequential_ones() {
-    let server = Server::start();
+    for path in PATHS {
+        batched_decisions_equal_sequential_ones_on(path).await;
+    }
+}
+
+async fn batched_decisions_equal_sequential_ones_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     for seed in 1..=8u64 {
         let (batched, single) =
             pair(seed, || RedisLimiter::builder(&server.url()), &format!("p{seed}")).await;
@@ -184,7 +190,13 @@ async fn batched_scripts_equal_sequential_ones_where_function_is_missing() {
 
 #[tokio::test]
 async fn on_a_cluster_batched_cross_slot_decisions_equal_sequential_ones() {
-    let cluster = Cluster::start();
+    for path in PATHS {
+        on_a_cluster_batched_cross_slot_decisions_equal_sequential_ones_on(path).await;
+    }
+}
+
+async fn on_a_cluster_batched_cross_slot_decisions_equal_sequential_ones_on(path: Path) {
+    let cluster = Cluster::start_on(path);
     for seed in 1..=3u64 {
         let urls = cluster.urls();
         let (batched, single) =

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, Rng};
+use common::{Cluster, PATHS, Path, Rng};
 use ratewell::{Layer, LayeredLimiter, ManualClock, Nanos, Policy};
 use ratewell_redis::{RedisLimiter, Source};
 
@@ -22,7 +22,13 @@ async fn limiter(cluster: &Cluster, prefix: &str, policies: &[Policy]) -> RedisL
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_tagged_layers_decide_in_one_script_as_the_engine_does() {
-    let cluster = Cluster::start();
+    for path in PATHS {
+        hash_tagged_layers_decide_in_one_script_as_the_engine_does_on(path).await;
+    }
+}
+
+async fn hash_tagged_layers_decide_in_one_script_as_the_engine_does_on(path: Path) {
+    let cluster = Cluster::start_on(path);
     let policies: Vec<Policy> = [
         "token-bucket capacity=5 rate=7/s",
         "fixed-window limit=8 window=1s",
@@ -70,7 +76,13 @@ async fn hash_tagged_layers_decide_in_one_script_as_the_engine_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn layers_on_different_slots_are_all_or_nothing() {
-    let cluster = Cluster::start();
+    for path in PATHS {
+        layers_on_different_slots_are_all_or_nothing_on(path).await;
+    }
+}
+
+async fn layers_on_different_slots_are_all_or_nothing_on(path: Path) {
+    let cluster = Cluster::start_on(path);
     let policies: Vec<Policy> = [
         "fixed-window limit=10 window=1h align=first",
         "fixed-window limit=2 window=1h align=first",

@@ -1,5 +1,6 @@
 //! Every key the backend writes expires, no later than its state could still matter: after
-//! decisions and refunds on every algorithm and on a layered pair, on the server's clock, every
+//! decisions and refunds on every algorithm and on a layered pair, on the server's clock, on
+//! both paths (the function library, and the module's native command), every
 //! key under the test's prefix has a `PTTL`, at most the time its policy takes to go from empty
 //! back to full (what a fresh key charged to its limit reports as its reset time, which the
 //! engine computes here on a manual clock at a window's start).
@@ -8,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
+use common::{PATHS, Path, Server, assert_path};
 use ratewell::{Limiter, ManualClock, Policy};
 use ratewell_redis::RedisLimiter;
 
@@ -60,13 +61,22 @@ fn assert_expire(found: &[(String, i64)], longest: i64, ctx: &str) {
     for (key, ttl) in found {
         // -2: the key expired between SCAN and PTTL.
         assert!(*ttl > 0 || *ttl == -2, "{ctx}: {key} has PTTL {ttl}: it never expires");
-        assert!(*ttl <= longest, "{ctx}: {key} expires in {ttl} ms, past the {longest} ms it can matter");
+        assert!(
+            *ttl <= longest,
+            "{ctx}: {key} expires in {ttl} ms, past the {longest} ms it can matter"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_of_every_algorithm_expires() {
-    let server = Server::start();
+    for path in PATHS {
+        every_algorithm(path).await;
+    }
+}
+
+async fn every_algorithm(path: Path) {
+    let server = Server::start_on(path, &[]);
     for (i, spec) in POLICIES.iter().enumerate() {
         let policy: Policy = spec.parse().unwrap();
         let prefix = format!("ttl{i}:");
@@ -82,13 +92,20 @@ async fn every_key_of_every_algorithm_expires() {
         assert!(v.is_admitted(), "{spec}: a fresh key admits 2");
         redis.refund(v.receipt().expect("a receipt")).await.expect("a refund");
         redis.check("given-back", 1).await;
-        assert_expire(&ttls(&server, &prefix), longest_ms(&policy), spec);
+        assert_expire(&ttls(&server, &prefix), longest_ms(&policy), &format!("{path:?}: {spec}"));
+        assert_path(path, redis.metrics());
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_of_a_layered_pair_expires() {
-    let server = Server::start();
+    for path in PATHS {
+        layered_pair(path).await;
+    }
+}
+
+async fn layered_pair(path: Path) {
+    let server = Server::start_on(path, &[]);
     let per_user: Policy = "token-bucket capacity=3 rate=1/s".parse().unwrap();
     let per_tenant: Policy = "sliding-log limit=5 window=10s".parse().unwrap();
     let redis = limiter(&server, "pair:", &[("user", &per_user), ("tenant", &per_tenant)]).await;
@@ -99,5 +116,6 @@ async fn every_key_of_a_layered_pair_expires() {
     let found = ttls(&server, "pair:");
     assert!(found.len() >= 4, "three users and a tenant: {found:?}");
     let longest = longest_ms(&per_user).max(longest_ms(&per_tenant));
-    assert_expire(&found, longest, "a layered pair");
+    assert_expire(&found, longest, &format!("{path:?}: a layered pair"));
+    assert_path(path, redis.metrics());
 }

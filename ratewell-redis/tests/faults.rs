@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{PATHS, Path, Server};
 use ratewell::Outcome;
 use ratewell_redis::{Failover, FailoverReason, RedisLimiter, Source};
 
@@ -48,8 +48,14 @@ fn alive_tasks() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff() {
+    for path in PATHS {
+        sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff_on(path).await;
+    }
+}
+
+async fn sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff_on(path: Path) {
     let _serial = serial().await;
-    let mut server = Server::start();
+    let mut server = Server::start_on(path, &[]);
     for (failover, expect) in [
         (Failover::Closed, Outcome::Rejected),
         (Failover::Open, Outcome::Admitted),
@@ -106,8 +112,14 @@ async fn sigkill_fails_over_at_once_and_restart_comes_back_within_the_backoff() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_caught_in_a_sigstop_returns_within_the_timeout_for_each_decision() {
+    for path in PATHS {
+        a_batch_caught_in_a_sigstop_returns_within_the_timeout_for_each_decision_on(path).await;
+    }
+}
+
+async fn a_batch_caught_in_a_sigstop_returns_within_the_timeout_for_each_decision_on(path: Path) {
     let _serial = serial().await;
-    let server = Server::start();
+    let server = Server::start_on(path, &[]);
     let l = limiter(&server, Failover::Open, "token-bucket capacity=100 rate=100/s").await;
     assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
     let calls = l.metrics().calls;
@@ -133,8 +145,14 @@ async fn a_batch_caught_in_a_sigstop_returns_within_the_timeout_for_each_decisio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_times_out_once_and_nothing_piles_up() {
+    for path in PATHS {
+        a_stopped_server_times_out_once_and_nothing_piles_up_on(path).await;
+    }
+}
+
+async fn a_stopped_server_times_out_once_and_nothing_piles_up_on(path: Path) {
     let _serial = serial().await;
-    let server = Server::start();
+    let server = Server::start_on(path, &[]);
     let baseline = alive_tasks();
     let l = limiter(&server, Failover::Closed, "token-bucket capacity=100 rate=100/s").await;
     assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
@@ -184,8 +202,14 @@ async fn a_stopped_server_times_out_once_and_nothing_piles_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_sleep_times_out_then_decisions_return_to_the_server() {
+    for path in PATHS {
+        debug_sleep_times_out_then_decisions_return_to_the_server_on(path).await;
+    }
+}
+
+async fn debug_sleep_times_out_then_decisions_return_to_the_server_on(path: Path) {
     let _serial = serial().await;
-    let server = Server::start();
+    let server = Server::start_on(path, &[]);
     let l = limiter(&server, Failover::Open, "sliding-window limit=10 window=1s").await;
     assert_eq!(timed(&l, "k").await.0.source(), Source::Server);
     let port = server.port.to_string();
@@ -264,8 +288,14 @@ async fn without_function_the_script_is_called_and_reloaded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_down_at_start_is_a_limiter_that_fails_over_until_it_comes_up() {
+    for path in PATHS {
+        a_server_down_at_start_is_a_limiter_that_fails_over_until_it_comes_up_on(path).await;
+    }
+}
+
+async fn a_server_down_at_start_is_a_limiter_that_fails_over_until_it_comes_up_on(path: Path) {
     let _serial = serial().await;
-    let mut server = Server::start();
+    let mut server = Server::start_on(path, &[]);
     server.kill();
     let l = limiter(&server, Failover::Closed, "fixed-window limit=5 window=1h").await;
     assert!(l.is_down());

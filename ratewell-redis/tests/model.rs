@@ -7,7 +7,7 @@ mod common;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::Server;
+use common::{PATHS, Path, Server};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use ratewell::{Decision, Nanos, Policy};
@@ -87,9 +87,15 @@ fn op() -> impl Strategy<Value = Op> {
 
 #[test]
 fn the_backend_decides_as_the_model() {
+    for path in PATHS {
+        on(path);
+    }
+}
+
+fn on(path: Path) {
     // One server for every case, stopped when the test ends (a server held in a static would
     // outlive the test process).
-    let server = Server::start();
+    let server = Server::start_on(path, &[]);
     let case = AtomicU64::new(0);
     let scenarios =
         (0u8..8, 0u8..4, 0u8..4, 0u64..10_000_000_000, prop::collection::vec(op(), 1..60));
@@ -98,8 +104,8 @@ fn the_backend_decides_as_the_model() {
         let case = case.fetch_add(1, Ordering::Relaxed);
         let (policy, model) = small_layer(kind, limit, variant, false);
         let backend = Redis::new(&server, &policy, case);
-        run_on("redis", backend, &policy, model, start_us * 1_000, &ops)
-            .map_err(TestCaseError::fail)
+        let name = format!("redis ({path:?})");
+        run_on(&name, backend, &policy, model, start_us * 1_000, &ops).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{e}");

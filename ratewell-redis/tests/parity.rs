@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Rng, Server};
+use common::{PATHS, Path, Rng, Server};
 use ratewell::{Layer, LayeredLimiter, Limiter, ManualClock, Nanos, Policy};
 use ratewell_redis::RedisLimiter;
 
@@ -75,7 +75,13 @@ async fn limiter(server: &Server, prefix: &str, layers: &[(&str, &Policy)]) -> R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_algorithm_decides_as_the_engine_does() {
-    let server = Server::start();
+    for path in PATHS {
+        every_algorithm_decides_as_the_engine_does_on(path).await;
+    }
+}
+
+async fn every_algorithm_decides_as_the_engine_does_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     for (pi, spec) in POLICIES.iter().enumerate() {
         let policy: Policy = spec.parse().unwrap();
         for seed in 1..=12u64 {
@@ -100,13 +106,20 @@ async fn every_algorithm_decides_as_the_engine_does() {
                 );
                 assert_eq!(got.is_admitted(), want.is_admitted());
             }
+            common::assert_path(path, redis.metrics());
         }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn layered_requests_decide_as_the_engine_does() {
-    let server = Server::start();
+    for path in PATHS {
+        layered_requests_decide_as_the_engine_does_on(path).await;
+    }
+}
+
+async fn layered_requests_decide_as_the_engine_does_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let sets: &[&[&str]] = &[
         &["token-bucket capacity=5 rate=7/s", "fixed-window limit=8 window=1s"],
         &[
@@ -179,7 +192,13 @@ async fn layered_requests_decide_as_the_engine_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refunds_restore_what_the_engine_restores() {
-    let server = Server::start();
+    for path in PATHS {
+        refunds_restore_what_the_engine_restores_on(path).await;
+    }
+}
+
+async fn refunds_restore_what_the_engine_restores_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     for (pi, spec) in POLICIES.iter().enumerate() {
         let policy: Policy = spec.parse().unwrap();
         for seed in 1..=6u64 {
@@ -227,8 +246,14 @@ async fn refunds_restore_what_the_engine_restores() {
 /// capacity), field for field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_stepping_back_decides_as_the_per_key_rule() {
+    for path in PATHS {
+        a_clock_stepping_back_decides_as_the_per_key_rule_on(path).await;
+    }
+}
+
+async fn a_clock_stepping_back_decides_as_the_per_key_rule_on(path: Path) {
     use ratewell::{State, WordPolicy};
-    let server = Server::start();
+    let server = Server::start_on(path, &[]);
     for (pi, spec) in POLICIES.iter().enumerate() {
         let policy: Policy = spec.parse().unwrap();
         let Some(pure) = WordPolicy::new(&policy) else { continue };

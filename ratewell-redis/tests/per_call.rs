@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Cluster, Rng, Server};
+use common::{Cluster, PATHS, Path, Rng, Server};
 use ratewell::{KeyedLimiter, ManualClock, Policy};
 use ratewell_redis::{CallItem, CallPolicy, Mode, RedisLimiter};
 
@@ -66,7 +66,13 @@ impl Reference {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_decide_as_the_engine_does() {
-    let server = Server::start();
+    for path in PATHS {
+        calls_decide_as_the_engine_does_on(path).await;
+    }
+}
+
+async fn calls_decide_as_the_engine_does_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let limiter = RedisLimiter::builder(&server.url()).build_per_call().await.unwrap();
     let texts = [
         "fixed-window limit=7 window=1h",
@@ -138,7 +144,13 @@ async fn a_per_call_limiter_takes_no_layers_and_clusters_need_one_slot() {
 /// not match its decision is an error, refunding nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_restores_what_a_call_charged() {
-    let server = Server::start();
+    for path in PATHS {
+        a_refund_restores_what_a_call_charged_on(path).await;
+    }
+}
+
+async fn a_refund_restores_what_a_call_charged_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let limiter = RedisLimiter::builder(&server.url()).build_per_call().await.unwrap();
     let texts = [
         "fixed-window limit=10 window=1h",

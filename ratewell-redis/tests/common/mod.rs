@@ -133,6 +133,72 @@ impl Drop for Server {
     }
 }
 
+/// What decides on a test's server: the function library (the module not loaded), or the
+/// native command of ratewell-redis-module (loaded with `--loadmodule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Library,
+    Module,
+}
+
+/// Both paths: the tests that must hold on both run on each.
+pub const PATHS: [Path; 2] = [Path::Library, Path::Module];
+
+/// The module's shared object, built once (`cargo build -p ratewell-redis-module`: with
+/// `--release` from an optimized build, the benchmarks').
+pub fn module_path() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut args =
+            vec!["build", "--quiet", "-p", "ratewell-redis-module", "--message-format=json"];
+        if !cfg!(debug_assertions) {
+            args.push("--release");
+        }
+        let out = Command::new(cargo)
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cargo");
+        assert!(out.status.success(), "building ratewell-redis-module failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("cdylib"))
+            .find_map(|l| {
+                let at = l.find("\"filenames\":[")? + "\"filenames\":[".len();
+                l[at..]
+                    .split('"')
+                    .find(|f| f.ends_with(".so") || f.ends_with(".dylib"))
+                    .map(str::to_string)
+            })
+            .expect("cargo named the module's shared object")
+    })
+}
+
+impl Server {
+    /// A server on `path`, with `extra` arguments.
+    pub fn start_on(path: Path, extra: &[&str]) -> Server {
+        match path {
+            Path::Library => Server::start_with(extra),
+            Path::Module => {
+                let mut args = vec!["--loadmodule", module_path()];
+                args.extend_from_slice(extra);
+                Server::start_with(&args)
+            }
+        }
+    }
+}
+
+/// Check that `metrics` show the calls on `path`: all to the module, or none.
+pub fn assert_path(path: Path, metrics: ratewell_redis::Metrics) {
+    assert!(metrics.calls > 0, "no call was made");
+    match path {
+        Path::Module => assert_eq!(metrics.module_calls, metrics.calls, "{metrics:?}"),
+        Path::Library => assert_eq!(metrics.module_calls, 0, "{metrics:?}"),
+    }
+}
+
 /// Three masters, slots spread by `redis-cli --cluster create`.
 pub struct Cluster {
     pub nodes: Vec<Server>,
@@ -140,9 +206,16 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Cluster::start_on(Path::Library)
+    }
+
+    pub fn start_on(path: Path) -> Cluster {
         let nodes: Vec<Server> = (0..3)
             .map(|_| {
-                Server::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+                Server::start_on(
+                    path,
+                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+                )
             })
             .collect();
         for n in &nodes {
