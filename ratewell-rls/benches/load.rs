@@ -1,6 +1,6 @@
 //! The service under load, beside a no-op rate limit service on the same tonic stack.
 //!
-//! `cargo bench -p ratewell-rls --bench load [-- --runs N --seconds S --redis --statsd --baseline EXE]`
+//! `cargo bench -p ratewell-rls --bench load [-- --runs N --seconds S --redis --module --statsd --baseline EXE]`
 //!
 //! The bench starts each server as a child process of its own (this program again, with
 //! `--serve`), pinned to core 0 with `taskset` where there is more than one core, and drives it
@@ -16,7 +16,10 @@
 //! - `base`: another build's `memory` server (with `--baseline EXE`: that build's `load` bench
 //!   binary, run as `EXE --serve memory ROOT`), to compare two builds side by side;
 //! - `redis`: `ratewell-rls` on a `redis-server` of the bench's own (with `--redis`), beside the
-//!   round trip of a plain `PING` on a raw connection to the same server.
+//!   round trip of a plain `PING` on a raw connection to the same server;
+//! - `module`: the same on a second `redis-server` with ratewell-redis-module loaded (with
+//!   `--module`; the module built with `cargo build --release`): the store's calls go to the
+//!   module's native command instead of the function library.
 //!
 //! Each run measures, per server: the median and 99th percentile latency of one client sending
 //! requests one after another, and the throughput of 64 requests in flight (8 connections, 8
@@ -122,7 +125,7 @@ fn serve(kind: &str, root: &str, extra: Option<&str>) {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
                 match (kind, extra) {
-                    ("redis", Some(url)) => {
+                    ("redis" | "module", Some(url)) => {
                         env.insert("BACKEND_TYPE".into(), "redis".into());
                         env.insert("REDIS_URL".into(), url.into());
                     }
@@ -310,7 +313,31 @@ impl Drop for RedisServer {
     }
 }
 
-fn redis_server() -> RedisServer {
+/// ratewell-redis-module's shared object, built with `--release`.
+fn module_object() -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--quiet", "--release", "-p", "ratewell-redis-module"])
+        .arg("--message-format=json")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "building ratewell-redis-module failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("cdylib"))
+        .find_map(|l| {
+            let at = l.find("\"filenames\":[")? + "\"filenames\":[".len();
+            l[at..]
+                .split('"')
+                .find(|f| f.ends_with(".so") || f.ends_with(".dylib"))
+                .map(str::to_string)
+        })
+        .expect("cargo named the module's shared object")
+}
+
+fn redis_server(module: Option<&str>) -> RedisServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     // On the client's core: the client waits while a request is at the server, so the service
@@ -329,6 +356,7 @@ fn redis_server() -> RedisServer {
         ])
         .arg("--dir")
         .arg(dir.path())
+        .args(module.map(|m| ["--loadmodule", m]).into_iter().flatten())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -364,6 +392,7 @@ fn main() {
     let runs = flag("--runs").unwrap_or(5.0) as usize;
     let seconds = flag("--seconds").unwrap_or(2.0);
     let with_redis = args.iter().any(|a| a == "--redis");
+    let with_module = args.iter().any(|a| a == "--module");
     let with_statsd = args.iter().any(|a| a == "--statsd");
     let baseline =
         args.iter().position(|a| a == "--baseline").and_then(|i| args.get(i + 1)).cloned();
@@ -384,12 +413,17 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("bench.yaml"), CONFIG).unwrap();
     let root_s = root.path().display().to_string();
-    let redis = with_redis.then(redis_server);
+    let redis = with_redis.then(|| redis_server(None));
     let redis_url = redis.as_ref().map(|r| format!("redis://127.0.0.1:{}", r.port));
+    let module = with_module.then(|| redis_server(Some(&module_object())));
+    let module_url = module.as_ref().map(|r| format!("redis://127.0.0.1:{}", r.port));
 
     let mut kinds = vec!["noop", "memory"];
     if with_redis {
         kinds.push("redis");
+    }
+    if with_module {
+        kinds.push("module");
     }
     if with_statsd {
         kinds.push("statsd");
@@ -402,6 +436,7 @@ fn main() {
         .map(|&k| {
             let extra = match k {
                 "redis" => redis_url.as_deref(),
+                "module" => module_url.as_deref(),
                 "statsd" => Some(sink_port.as_str()),
                 _ => None,
             };
@@ -433,7 +468,7 @@ fn main() {
             p99[i].push(pct(&lat, 0.99));
             rps[i].push(rate);
         }
-        if let Some(r) = &redis {
+        if let Some(r) = redis.as_ref().or(module.as_ref()) {
             let lat = runtime.block_on(pings(r.port, seconds / 2.0));
             println!("run {run} PING   p50 {:>7.1} us", pct(&lat, 0.5));
             ping50.push(pct(&lat, 0.5));
@@ -464,15 +499,23 @@ fn main() {
         println!("memory / base p50: {:.3}", mem50 / b50);
         println!("memory / base throughput: {:.3}", mem_rps / b_rps);
     }
-    if let Some(i) = at("redis") {
+    for kind in ["redis", "module"] {
+        let Some(i) = at(kind) else { continue };
         let (redis50, ping) = (median(p50[i].clone()), median(ping50.clone()));
         println!(
-            "redis p50 {:.1} us; noop p50 + 1.3 x PING p50 = {:.1} + 1.3 x {:.1} = {:.1} us (bar: redis at most that): {:.3} of it",
+            "{kind} p50 {:.1} us; noop p50 + 1.3 x PING p50 = {:.1} + 1.3 x {:.1} = {:.1} us (bar: {kind} at most that): {:.3} of it",
             redis50,
             noop50,
             ping,
             noop50 + 1.3 * ping,
             redis50 / (noop50 + 1.3 * ping)
+        );
+    }
+    if let (Some(r), Some(m)) = (at("redis"), at("module")) {
+        let (r_rps, m_rps) = (median(rps[r].clone()), median(rps[m].clone()));
+        println!(
+            "64 in flight: module {m_rps:.0} req/s, library {r_rps:.0} req/s: module / library {:.3}",
+            m_rps / r_rps
         );
     }
 }

@@ -1,4 +1,5 @@
-//! `BACKEND_TYPE=redis`, against a `redis-server` of the test's own on a free loopback port:
+//! `BACKEND_TYPE=redis`, against a `redis-server` of the test's own on a free loopback port, with
+//! the function library deciding and with ratewell-redis-module loaded (its command deciding):
 //! the same answers as the memory store over random requests (the model the ported suites hold
 //! the memory store to), exactly the limit under 8 concurrent clients, a cluster. Failures are
 //! `tests/redis_failure.rs` (a binary of their own: they time answers).
@@ -11,7 +12,7 @@ use common::*;
 use ratewell_rls::clock::EpochClock;
 use ratewell_rls::proto::{Code, RateLimitOverride, RateLimitRequest, Unit};
 use ratewell_rls::server::start;
-use redis_common::{Cluster, Rng, Server};
+use redis_common::{Cluster, PATHS, Path, Rng, Server};
 
 const CONFIG: &str = "
 domain: d
@@ -114,7 +115,13 @@ fn random_request(rng: &mut Rng, run: u64) -> RateLimitRequest {
 /// and remaining; resets within a second of each other (two clocks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_answers_as_the_memory_store() {
-    let server = Server::start();
+    for path in PATHS {
+        redis_answers_as_the_memory_store_on(path).await;
+    }
+}
+
+async fn redis_answers_as_the_memory_store_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let url = server.url();
     let root = root_with(CONFIG);
     let root_s = root.path().display().to_string();
@@ -173,7 +180,13 @@ descriptors:
 /// on Redis: exactly 1,000 OK; pairs charged all or nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_clients_get_exactly_the_limit_on_redis() {
-    let server = Server::start();
+    for path in PATHS {
+        eight_clients_get_exactly_the_limit_on_redis_on(path).await;
+    }
+}
+
+async fn eight_clients_get_exactly_the_limit_on_redis_on(path: Path) {
+    let server = Server::start_on(path, &[]);
     let url = server.url();
     let root = root_with(EXACT);
     let root_s = root.path().display().to_string();
@@ -205,7 +218,13 @@ async fn eight_clients_get_exactly_the_limit_on_redis() {
 /// decided in one call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_decides_a_domain_in_one_slot() {
-    let cluster = Cluster::start();
+    for path in PATHS {
+        a_cluster_decides_a_domain_in_one_slot_on(path).await;
+    }
+}
+
+async fn a_cluster_decides_a_domain_in_one_slot_on(path: Path) {
+    let cluster = Cluster::start_on(path);
     let urls = cluster.urls().join(",");
     let root = root_with(CONFIG);
     let env = redis_env(&urls, &[("REDIS_TYPE", "CLUSTER"), ("REDIS_TIMEOUT", "1s")]);
