@@ -9,10 +9,10 @@
 //! ends, and only if a request changed it. A sliding log's list is read and changed in place, as
 //! the script does.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use ahash::AHashMap as HashMap;
 use ratewell::{Decision, LogPolicy, LogState, Nanos, Outcome, Policy, State, WordPolicy};
 
 use crate::codec::{decimal, encode, integer, parse, split_receipt};
@@ -46,6 +46,8 @@ pub trait Store {
     fn list_remove(&mut self, key: usize, index: usize);
     /// Let a key expire `ttl_ms` from now.
     fn expire(&mut self, key: usize, ttl_ms: u64);
+    /// The command's writes are done (the server's store replicates them here).
+    fn finish(&mut self) {}
 }
 
 /// One field of the reply, as the script returns it.
@@ -70,6 +72,8 @@ enum Compiled {
 #[derive(Default)]
 pub struct Policies {
     known: HashMap<Vec<u8>, Arc<Compiled>>,
+    /// The policy named last: a batch's requests mostly name the same few.
+    last: Option<(Vec<u8>, Arc<Compiled>)>,
 }
 
 impl Policies {
@@ -77,7 +81,13 @@ impl Policies {
     pub const MAX: usize = 1024;
 
     fn get(&mut self, text: &[u8]) -> Result<Arc<Compiled>, String> {
+        if let Some((t, c)) = &self.last {
+            if t.as_slice() == text {
+                return Ok(c.clone());
+            }
+        }
         if let Some(c) = self.known.get(text) {
+            self.last = Some((text.to_vec(), c.clone()));
             return Ok(c.clone());
         }
         // 'algorithm p1 .. p6|policy': the script's integers, then the engine's text.
@@ -98,6 +108,7 @@ impl Policies {
         }
         let compiled = Arc::new(compiled);
         self.known.insert(text.to_vec(), compiled.clone());
+        self.last = Some((text.to_vec(), compiled.clone()));
         Ok(compiled)
     }
 }
@@ -121,16 +132,18 @@ enum Write {
     Delete,
 }
 
+/// A command's view of its keys, by key index (a key named twice by its first index).
 struct Batch {
-    cache: HashMap<usize, Cached>,
+    cache: Vec<Option<Cached>>,
     writes: Vec<(usize, Write)>,
-    written: HashMap<usize, usize>,
+    /// Where a key's write is in `writes`.
+    written: Vec<Option<usize>>,
     now: Option<u64>,
 }
 
 impl Batch {
     fn read(&mut self, store: &mut impl Store, key: usize) -> Result<Option<Vec<u8>>, ()> {
-        let cached = match self.cache.get(&key) {
+        let cached = match &self.cache[key] {
             Some(c) => c.clone(),
             None => {
                 let c = match store.get(key) {
@@ -138,7 +151,7 @@ impl Batch {
                     Ok(None) => Cached::Absent,
                     Err(WrongType) => Cached::Other,
                 };
-                self.cache.insert(key, c.clone());
+                self.cache[key] = Some(c.clone());
                 c
             }
         };
@@ -150,17 +163,14 @@ impl Batch {
     }
 
     fn write(&mut self, key: usize, write: Write) {
-        self.cache.insert(
-            key,
-            match &write {
-                Write::Set(v, _) => Cached::Value(v.clone()),
-                Write::Delete => Cached::Absent,
-            },
-        );
-        match self.written.get(&key) {
-            Some(&i) => self.writes[i].1 = write,
+        self.cache[key] = Some(match &write {
+            Write::Set(v, _) => Cached::Value(v.clone()),
+            Write::Delete => Cached::Absent,
+        });
+        match self.written[key] {
+            Some(i) => self.writes[i].1 = write,
             None => {
-                self.written.insert(key, self.writes.len());
+                self.written[key] = Some(self.writes.len());
                 self.writes.push((key, write));
             }
         }
@@ -436,7 +446,7 @@ fn decide_one(
     // Nothing can fail from here: the request's charges are stored.
     let start = out.len();
     out.push(Reply::Int(i64::from(all)));
-    let mut buf = Vec::new();
+    let mut buf = Vec::with_capacity(25);
     for l in &mut layers {
         let mut receipt = Vec::new();
         if take && all && l.fields[0] == 0 && l.mode != Mode::Read {
@@ -455,9 +465,11 @@ fn decide_one(
                                 encode(f.as_slice(), &mut buf);
                                 let ttl = ttl_ms(fixed_ttl, l.reset_ns);
                                 b.write(l.key, Write::Set(buf.clone(), ttl));
-                                receipt = buf.clone();
+                                let before = l.raw.as_deref().unwrap_or_default();
+                                receipt = Vec::with_capacity(buf.len() + 1 + before.len());
+                                receipt.extend_from_slice(&buf);
                                 receipt.push(b'|');
-                                receipt.extend_from_slice(l.raw.as_deref().unwrap_or_default());
+                                receipt.extend_from_slice(before);
                             }
                             None => b.write(l.key, Write::Delete),
                         }
@@ -630,9 +642,15 @@ pub fn decide(
         return Err(malformed());
     }
 
-    let mut b =
-        Batch { cache: HashMap::new(), writes: Vec::new(), written: HashMap::new(), now: None };
-    let mut out = vec![Reply::Int(0)];
+    let mut b = Batch {
+        cache: vec![None; names.len()],
+        writes: Vec::with_capacity(names.len()),
+        written: vec![None; names.len()],
+        now: None,
+    };
+    let mut out =
+        Vec::with_capacity(1 + requests.iter().map(|r| 1 + 6 * r.keys.len()).sum::<usize>());
+    out.push(Reply::Int(0));
     for req in &requests {
         let start = out.len();
         if let Err(e) = decide_one(&mut b, store, policies, names, req, &mut out) {
@@ -652,6 +670,7 @@ pub fn decide(
             Write::Delete => store.delete(key),
         }
     }
+    store.finish();
     if let Some(now) = b.now {
         out[0] = Reply::Int(i64::try_from(now).unwrap_or(i64::MAX));
     }

@@ -5,6 +5,7 @@
 /// each integer as a little-endian double.
 pub(crate) fn encode(values: &[i64], out: &mut Vec<u8>) {
     out.clear();
+    out.reserve(1 + 8 * values.len());
     out.push(values.len() as u8);
     for &v in values {
         out.extend_from_slice(&(v as f64).to_le_bytes());

@@ -87,6 +87,7 @@ api! {
     create_string = "RedisModule_CreateString":
         unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> *mut RString,
     free_string = "RedisModule_FreeString": unsafe extern "C" fn(*mut Ctx, *mut RString),
+    string_set = "RedisModule_StringSet": unsafe extern "C" fn(*mut Key, *mut RString) -> c_int,
     open_key = "RedisModule_OpenKey": unsafe extern "C" fn(*mut Ctx, *mut RString, c_int) -> *mut Key,
     close_key = "RedisModule_CloseKey": unsafe extern "C" fn(*mut Key),
     key_type = "RedisModule_KeyType": unsafe extern "C" fn(*mut Key) -> c_int,
@@ -113,6 +114,15 @@ api! {
 }
 
 static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
+
+/// What the replicas and the AOF run in place of a batch: its stored states applied. `ARGV[1]`
+/// holds, per key `KEYS[i]`, a byte (the value's length, or 255: delete the key), the value, and
+/// its absolute expiry (ms) as a little-endian double; each is `SET key value PXAT t` or `DEL key`.
+const APPLY: &std::ffi::CStr = c"local b, p, u = ARGV[1], 1, struct.unpack \
+    for i = 1, #KEYS do local n n, p = u('<B', b, p) \
+    if n == 255 then redis.call('DEL', KEYS[i]) else local v = string.sub(b, p, p + n - 1) \
+    local t t, p = u('<d', b, p + n) \
+    redis.call('SET', KEYS[i], v, 'PXAT', string.format('%d', t)) end end";
 
 thread_local! {
     /// The policies commands name, parsed once (commands run on the server's main thread).
@@ -214,7 +224,14 @@ unsafe extern "C" fn batch_command(ctx: *mut Ctx, argv: *mut *mut RString, argc:
     let names: Vec<&[u8]> = keys.iter().map(|&k| bytes(k)).collect();
     let blob = bytes(args[argc - 1]);
 
-    let mut server = Server { api, ctx, keys, real_us: None };
+    let mut server = Server {
+        api,
+        ctx,
+        keys,
+        open: vec![std::ptr::null_mut(); keys.len()],
+        applied: Vec::new(),
+        real_us: None,
+    };
     let result = catch_unwind(AssertUnwindSafe(|| {
         let Some(frames) = crate::frames(blob) else {
             return Err("ratewell: the last argument is not the library's arguments, framed".into());
@@ -262,26 +279,32 @@ fn error_text(e: &str) -> CString {
     CString::new(clean).unwrap_or_default()
 }
 
+/// A key's stored state to replicate: its value and absolute expiry (ms), or `None` (deleted).
+type Stored = Option<(Vec<u8>, c_longlong)>;
+
 /// The server's keyspace, for one command: its key arguments by index.
 struct Server<'a> {
     api: &'static Api,
     ctx: *mut Ctx,
     keys: &'a [*mut RString],
+    /// Each key's handle once opened (null before), for reading and writing: one lookup a key
+    /// for the whole command. Closed when the command ends.
+    open: Vec<*mut Key>,
+    /// The states stored (value and absolute expiry, ms) or deleted, to replicate.
+    applied: Vec<(usize, Stored)>,
     /// The machine's clock, read once: for expiries (and for the decisions, unless the request
     /// names its own time).
     real_us: Option<u64>,
 }
 
-/// An open key, closed when dropped.
-struct Open<'a> {
-    api: &'a Api,
-    key: *mut Key,
-}
-
-impl Drop for Open<'_> {
+impl Drop for Server<'_> {
     fn drop(&mut self) {
-        // SAFETY: `key` came from `OpenKey` and is closed once.
-        unsafe { (self.api.close_key)(self.key) }
+        for &k in &self.open {
+            if !k.is_null() {
+                // SAFETY: each handle came from `OpenKey` and is closed once, here.
+                unsafe { (self.api.close_key)(k) }
+            }
+        }
     }
 }
 
@@ -292,10 +315,13 @@ impl Server<'_> {
         })
     }
 
-    fn open(&self, key: usize, mode: c_int) -> Option<Open<'static>> {
-        // SAFETY: `keys[key]` is one of the call's key arguments.
-        let k = unsafe { (self.api.open_key)(self.ctx, self.keys[key], mode) };
-        (!k.is_null()).then_some(Open { api: self.api, key: k })
+    /// The key's handle, opened for reading and writing on first use.
+    fn key(&mut self, key: usize) -> Option<*mut Key> {
+        if self.open[key].is_null() {
+            // SAFETY: `keys[key]` is one of the call's key arguments.
+            self.open[key] = unsafe { (self.api.open_key)(self.ctx, self.keys[key], READ | WRITE) };
+        }
+        (!self.open[key].is_null()).then_some(self.open[key])
     }
 
     /// A new string of `bytes`, freed by the caller.
@@ -306,13 +332,13 @@ impl Server<'_> {
 
     /// Move the open key's expiry to `now + ttl_ms` if it expires earlier (or never), and
     /// return the absolute expiry it has then (ms since the epoch).
-    fn expire_at_least(&mut self, open: &Open<'_>, ttl_ms: u64) -> c_longlong {
+    fn expire_at_least(&mut self, key: *mut Key, ttl_ms: u64) -> c_longlong {
         let target = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
-        // SAFETY: `open.key` is an open key of this command.
+        // SAFETY: `key` is an open key of this command.
         unsafe {
-            let current = (self.api.get_abs_expire)(open.key);
+            let current = (self.api.get_abs_expire)(key);
             if current == NO_EXPIRE || current < target {
-                (self.api.set_abs_expire)(open.key, target);
+                (self.api.set_abs_expire)(key, target);
                 target
             } else {
                 current
@@ -346,15 +372,15 @@ impl Store for Server<'_> {
     }
 
     fn get(&mut self, key: usize) -> Result<Option<Vec<u8>>, WrongType> {
-        let Some(open) = self.open(key, READ) else { return Ok(None) };
+        let Some(k) = self.key(key) else { return Ok(None) };
         // SAFETY: an open key; the DMA pointer is valid for `len` bytes until the key closes,
         // and the bytes are copied before it does.
         unsafe {
-            match (self.api.key_type)(open.key) {
+            match (self.api.key_type)(k) {
                 KEYTYPE_EMPTY => Ok(None),
                 KEYTYPE_STRING => {
                     let mut len = 0usize;
-                    let p = (self.api.string_dma)(open.key, &raw mut len, READ);
+                    let p = (self.api.string_dma)(k, &raw mut len, READ);
                     Ok(Some(if p.is_null() {
                         Vec::new()
                     } else {
@@ -367,65 +393,102 @@ impl Store for Server<'_> {
     }
 
     fn set(&mut self, key: usize, value: &[u8], ttl_ms: u64) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
-        // SAFETY: an open key of type string or empty (the batch read it so); truncating to
-        // the value's length makes the DMA buffer that long, and exactly that much is written.
+        let Some(k) = self.key(key) else { return };
+        // SAFETY: an open key of type string or empty (the batch read it so). A new key takes a
+        // string made here (freed once the key holds its own reference); a string of the
+        // value's length is written in place; any other is truncated to that length first.
+        // Exactly `value.len()` bytes are written through the DMA pointer.
         unsafe {
-            if (self.api.key_type)(open.key) != KEYTYPE_STRING
-                && (self.api.key_type)(open.key) != KEYTYPE_EMPTY
-            {
-                return;
+            let kind = (self.api.key_type)(k);
+            if kind == KEYTYPE_EMPTY {
+                let s = self.string(value);
+                let stored = (self.api.string_set)(k, s);
+                (self.api.free_string)(self.ctx, s);
+                if stored != OK {
+                    return;
+                }
+            } else {
+                if kind != KEYTYPE_STRING {
+                    return;
+                }
+                let mut len = 0usize;
+                let same =
+                    !(self.api.string_dma)(k, &raw mut len, READ).is_null() && len == value.len();
+                if !same && (self.api.string_truncate)(k, value.len()) != OK {
+                    return;
+                }
+                let p = (self.api.string_dma)(k, &raw mut len, READ | WRITE);
+                if p.is_null() || len != value.len() {
+                    return;
+                }
+                std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), len);
             }
-            if (self.api.string_truncate)(open.key, value.len()) != OK {
-                return;
-            }
-            let mut len = 0usize;
-            let p = (self.api.string_dma)(open.key, &raw mut len, READ | WRITE);
-            if p.is_null() || len != value.len() {
-                return;
-            }
-            std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), len);
         }
-        let at = self.expire_at_least(&open, ttl_ms);
-        // SAFETY: the format's arguments match it: a string, a buffer and its length, a C
-        // string, a long long.
-        unsafe {
-            (self.api.replicate)(
-                self.ctx,
-                c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
-                self.keys[key],
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                c"PXAT".as_ptr(),
-                at,
-            );
-        }
+        let at = self.expire_at_least(k, ttl_ms);
+        self.applied.push((key, Some((value.to_vec(), at))));
     }
 
     fn delete(&mut self, key: usize) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
-        // SAFETY: an open key; the format takes one string.
+        let Some(k) = self.key(key) else { return };
+        // SAFETY: an open key.
         unsafe {
-            if (self.api.key_type)(open.key) == KEYTYPE_EMPTY {
+            if (self.api.key_type)(k) == KEYTYPE_EMPTY {
                 return;
             }
-            (self.api.delete_key)(open.key);
-            (self.api.replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.keys[key]);
+            (self.api.delete_key)(k);
         }
+        self.applied.push((key, None));
+    }
+
+    fn finish(&mut self) {
+        if self.applied.is_empty() {
+            return;
+        }
+        // One replicated command for every state the batch stored: `EVAL` of a script that
+        // applies them (`APPLY`), deterministic and needing no module, where a `SET` per key
+        // would cost a command lookup, an operation and its arguments each.
+        let keys: Vec<*mut RString> = self.applied.iter().map(|(k, _)| self.keys[*k]).collect();
+        let mut blob = Vec::with_capacity(self.applied.len() * 34);
+        for (_, write) in &self.applied {
+            match write {
+                Some((value, at)) => {
+                    blob.push(value.len() as u8);
+                    blob.extend_from_slice(value);
+                    blob.extend_from_slice(&(*at as f64).to_le_bytes());
+                }
+                None => blob.push(255),
+            }
+        }
+        let blob = self.string(&blob);
+        // SAFETY: the format takes a C string, a long long, an array of strings with its length
+        // (the call's own key arguments) and a string, freed after the server took its reference.
+        unsafe {
+            (self.api.replicate)(
+                self.ctx,
+                c"EVAL".as_ptr(),
+                c"clvs".as_ptr(),
+                APPLY.as_ptr(),
+                keys.len() as c_longlong,
+                keys.as_ptr(),
+                keys.len(),
+                blob,
+            );
+            (self.api.free_string)(self.ctx, blob);
+        }
+        self.applied.clear();
     }
 
     fn list(&mut self, key: usize) -> Result<Vec<Vec<u8>>, WrongType> {
-        let Some(open) = self.open(key, READ) else { return Ok(Vec::new()) };
+        let Some(k) = self.key(key) else { return Ok(Vec::new()) };
         // SAFETY: an open key; each element the server returns is copied and freed.
         unsafe {
-            match (self.api.key_type)(open.key) {
+            match (self.api.key_type)(k) {
                 KEYTYPE_EMPTY => Ok(Vec::new()),
                 KEYTYPE_LIST => {
-                    let len = (self.api.value_length)(open.key);
+                    let len = (self.api.value_length)(k);
                     let mut out = Vec::with_capacity(len);
                     for i in 0..len {
-                        let s = (self.api.list_get)(open.key, i as c_long);
+                        let s = (self.api.list_get)(k, i as c_long);
                         if s.is_null() {
                             break;
                         }
@@ -439,12 +502,12 @@ impl Store for Server<'_> {
     }
 
     fn list_trim_front(&mut self, key: usize, n: usize) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let Some(k) = self.key(key) else { return };
         // SAFETY: an open list; each popped element is freed; the format takes a string and
         // two long longs.
         unsafe {
             for _ in 0..n {
-                let s = (self.api.list_pop)(open.key, LIST_HEAD);
+                let s = (self.api.list_pop)(k, LIST_HEAD);
                 if s.is_null() {
                     break;
                 }
@@ -462,12 +525,12 @@ impl Store for Server<'_> {
     }
 
     fn list_set(&mut self, key: usize, index: usize, value: &[u8]) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let Some(k) = self.key(key) else { return };
         let s = self.string(value);
         // SAFETY: an open list and a string this function made, freed after the server copied
         // it; the format takes a string, a long long and a buffer with its length.
         unsafe {
-            (self.api.list_set)(open.key, index as c_long, s);
+            (self.api.list_set)(k, index as c_long, s);
             (self.api.free_string)(self.ctx, s);
             (self.api.replicate)(
                 self.ctx,
@@ -482,11 +545,11 @@ impl Store for Server<'_> {
     }
 
     fn list_push(&mut self, key: usize, value: &[u8]) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let Some(k) = self.key(key) else { return };
         let s = self.string(value);
         // SAFETY: as in `list_set`; the format takes a string and a buffer with its length.
         unsafe {
-            (self.api.list_push)(open.key, LIST_TAIL, s);
+            (self.api.list_push)(k, LIST_TAIL, s);
             (self.api.free_string)(self.ctx, s);
             (self.api.replicate)(
                 self.ctx,
@@ -500,12 +563,12 @@ impl Store for Server<'_> {
     }
 
     fn list_remove(&mut self, key: usize, index: usize) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let Some(k) = self.key(key) else { return };
         // SAFETY: an open list; the formats take a string, a long long and a buffer, then a
         // string, a long long and a buffer (`LSET` to a marker, `LREM` of it: the element at
         // `index`, removed on the replicas as the script removes it).
         unsafe {
-            (self.api.list_delete)(open.key, index as c_long);
+            (self.api.list_delete)(k, index as c_long);
             (self.api.replicate)(
                 self.ctx,
                 c"LSET".as_ptr(),
@@ -528,12 +591,12 @@ impl Store for Server<'_> {
     }
 
     fn expire(&mut self, key: usize, ttl_ms: u64) {
-        let Some(open) = self.open(key, READ | WRITE) else { return };
+        let Some(k) = self.key(key) else { return };
         // SAFETY: an open key.
-        if unsafe { (self.api.key_type)(open.key) } == KEYTYPE_EMPTY {
+        if unsafe { (self.api.key_type)(k) } == KEYTYPE_EMPTY {
             return;
         }
-        let at = self.expire_at_least(&open, ttl_ms);
+        let at = self.expire_at_least(k, ttl_ms);
         // SAFETY: the format takes a string and a long long.
         unsafe {
             (self.api.replicate)(

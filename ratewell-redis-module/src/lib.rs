@@ -25,7 +25,8 @@ pub use memory::Memory;
 /// The command's one non-key argument split into the library's arguments: each is a 4-byte
 /// little-endian length, then that many bytes. `None` when the bytes do not split exactly.
 pub fn frames(blob: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut out = Vec::new();
+    // Most arguments are short: a guess that spares most of the vector's growth.
+    let mut out = Vec::with_capacity(blob.len() / 8);
     let mut rest = blob;
     while !rest.is_empty() {
         let (len, tail) = rest.split_first_chunk::<4>()?;
