@@ -1,5 +1,5 @@
 //! One command's requests, decided in order as `batch` in ratewell-redis's `decide.lua` decides
-//! them: the same arguments, the same reply, the same stored bytes. The decisions are the
+//! them: the same arguments, the same fields in the reply, the same stored bytes. The decisions are the
 //! engine's ([`WordPolicy`], [`LogPolicy`]); the states go between the stored integers and the
 //! engine's words by [`WordPolicy::to_fields`] and [`WordPolicy::read_fields`].
 //!

@@ -6,10 +6,11 @@
 //! `RedisModule_Init` does). Only functions Redis 7.0 has are used; a server that lacks one
 //! refuses the module at load, saying which.
 //!
-//! Effects, not commands, are replicated: each changed key goes to the replicas and the AOF as
-//! the command that leaves it as the primary has it (`SET key value PXAT t`, `DEL key`, the
-//! list's `LTRIM`/`LSET`/`RPUSH`/`LREM` and `PEXPIREAT`), so a replica or an AOF replay never
-//! decides on a clock of its own. A command that changes nothing replicates nothing.
+//! Effects, not commands, are replicated: a batch's stored states go to the replicas and the AOF
+//! as one `EVAL` of a fixed script that sets each as the primary has it (`SET key value PXAT t`,
+//! or `DEL key`), a sliding log's list edits as they are made (`LTRIM`/`LSET`/`RPUSH`/`LREM` and
+//! `PEXPIREAT`), so a replica or an AOF replay never decides on a clock of its own. A command
+//! that changes nothing replicates nothing.
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
@@ -17,7 +18,7 @@ use std::ffi::{CString, c_char, c_int, c_long, c_longlong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::batch::{Policies, Reply, Store, WrongType, decide};
+use crate::batch::{Policies, Store, WrongType, decide};
 
 /// `RedisModuleCtx`, `RedisModuleString`, `RedisModuleKey`: opaque.
 #[repr(C)]
@@ -102,9 +103,6 @@ api! {
     list_get = "RedisModule_ListGet": unsafe extern "C" fn(*mut Key, c_long) -> *mut RString,
     list_set = "RedisModule_ListSet": unsafe extern "C" fn(*mut Key, c_long, *mut RString) -> c_int,
     list_delete = "RedisModule_ListDelete": unsafe extern "C" fn(*mut Key, c_long) -> c_int,
-    reply_with_array = "RedisModule_ReplyWithArray": unsafe extern "C" fn(*mut Ctx, c_long) -> c_int,
-    reply_with_long_long = "RedisModule_ReplyWithLongLong":
-        unsafe extern "C" fn(*mut Ctx, c_longlong) -> c_int,
     reply_with_string_buffer = "RedisModule_ReplyWithStringBuffer":
         unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> c_int,
     reply_with_error = "RedisModule_ReplyWithError": unsafe extern "C" fn(*mut Ctx, *const c_char) -> c_int,
@@ -256,16 +254,8 @@ unsafe extern "C" fn batch_command(ctx: *mut Ctx, argv: *mut *mut RString, argc:
                 (api.reply_with_error)(ctx, error_text(&e).as_ptr());
             }
             Ok(fields) => {
-                (api.reply_with_array)(ctx, fields.len() as c_long);
-                for f in &fields {
-                    match f {
-                        Reply::Int(v) => (api.reply_with_long_long)(ctx, *v),
-                        Reply::Bytes(b) => {
-                            (api.reply_with_string_buffer)(ctx, b.as_ptr().cast(), b.len())
-                        }
-                        Reply::Error(e) => (api.reply_with_error)(ctx, error_text(e).as_ptr()),
-                    };
-                }
+                let blob = crate::encode_reply(&fields);
+                (api.reply_with_string_buffer)(ctx, blob.as_ptr().cast(), blob.len());
             }
         }
     }

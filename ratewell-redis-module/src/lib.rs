@@ -4,8 +4,8 @@
 //!
 //! The command takes the function library's requests (see ratewell-redis's `decide.lua`): its
 //! keys, then one argument, the library's arguments framed (each as a 4-byte little-endian
-//! length and its bytes), the policies in the engine's grammar. It answers what the library
-//! answers. ratewell-redis finds the command at connect (`COMMAND INFO`) and sends its batches
+//! length and its bytes), the policies in the engine's grammar. It answers the library's fields,
+//! in one string ([`encode_reply`]). ratewell-redis finds the command at connect (`COMMAND INFO`) and sends its batches
 //! to it; where it is missing (a managed Redis that loads no modules) the library decides.
 //!
 //! This library holds the command's parser and decision ([`decide`], on any [`Store`]), which
@@ -39,6 +39,39 @@ pub fn frames(blob: &[u8]) -> Option<Vec<&[u8]>> {
         rest = tail;
     }
     Some(out)
+}
+
+/// A command's reply as the module sends it: one string, where the function library answers an
+/// array (one string costs the server one reply, where an array of numbers costs one each).
+/// The first 8 bytes are the array's first element (the server's time, us, little-endian); then
+/// each further element: a tag byte, `0` and an `i64` (little-endian), `1` and a string, or `2`
+/// and an error reply's text, a string being a `u32` length (little-endian) and its bytes.
+pub fn encode_reply(fields: &[Reply]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + fields.len() * 10);
+    let now = match fields.first() {
+        Some(Reply::Int(v)) => *v,
+        _ => 0,
+    };
+    out.extend_from_slice(&now.to_le_bytes());
+    for f in fields.iter().skip(1) {
+        match f {
+            Reply::Int(v) => {
+                out.push(0);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            Reply::Bytes(b) => {
+                out.push(1);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            Reply::Error(e) => {
+                out.push(2);
+                out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+                out.extend_from_slice(e.as_bytes());
+            }
+        }
+    }
+    out
 }
 
 /// The library's arguments framed as [`frames`] reads them (what ratewell-redis sends).

@@ -24,6 +24,45 @@ use crate::error::Error;
 use crate::keys::slot;
 use crate::metrics::bump;
 
+/// One field of a call's reply.
+enum Field {
+    Value(Value),
+    /// A request's error, from the module's reply.
+    Error(String),
+}
+
+/// The fields of the module's reply (`ratewell_redis_module::encode_reply`): the server's time,
+/// then each field tagged `0` (an integer), `1` (a string) or `2` (an error's text).
+fn module_fields(blob: &[u8]) -> Option<Vec<Field>> {
+    let (now, mut rest) = blob.split_first_chunk::<8>()?;
+    let mut out = vec![Field::Value(Value::Int(i64::from_le_bytes(*now)))];
+    while let Some((&tag, tail)) = rest.split_first() {
+        match tag {
+            0 => {
+                let (v, tail) = tail.split_first_chunk::<8>()?;
+                out.push(Field::Value(Value::Int(i64::from_le_bytes(*v))));
+                rest = tail;
+            }
+            1 | 2 => {
+                let (len, tail) = tail.split_first_chunk::<4>()?;
+                let len = u32::from_le_bytes(*len) as usize;
+                if tail.len() < len {
+                    return None;
+                }
+                let (bytes, tail) = tail.split_at(len);
+                out.push(if tag == 1 {
+                    Field::Value(Value::BulkString(bytes.to_vec()))
+                } else {
+                    Field::Error(String::from_utf8_lossy(bytes).into_owned())
+                });
+                rest = tail;
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 /// The requests one call carries at most, unless the builder says otherwise
 /// (`benches/round_trips.rs` sweeps 1, 4, 16 and 64).
 pub(crate) const DEFAULT_BATCH: usize = 64;
@@ -219,23 +258,41 @@ impl Shared {
             Ok(reply) => reply,
             Err(e) => return all(e),
         };
-        let Value::Array(items) = reply else {
-            return all(Error::BadReply("the script's reply is not an array".into()));
+        // The library answers an array; the module one string holding the same fields.
+        let items: Vec<Field> = match reply {
+            Value::Array(items) => items.into_iter().map(Field::Value).collect(),
+            Value::BulkString(blob) => match module_fields(&blob) {
+                Some(items) => items,
+                None => return all(Error::BadReply("the module's reply does not decode".into())),
+            },
+            _ => return all(Error::BadReply("the script's reply is not an array".into())),
         };
         if items.len() != 1 + requests.iter().map(|r| r.fields).sum::<usize>() {
             return all(Error::BadReply("the script's reply has the wrong length".into()));
         }
         let mut items = items.into_iter();
-        let now = items.next().unwrap_or(Value::Int(0));
+        let now = match items.next() {
+            Some(Field::Value(v)) => v,
+            _ => Value::Int(0),
+        };
         requests
             .iter()
             .map(|r| {
                 let mut fields = Vec::with_capacity(1 + r.fields);
                 fields.push(now.clone());
-                fields.extend(items.by_ref().take(r.fields));
-                match &fields[1] {
-                    Value::ServerError(e) => Err(Error::BadReply(e.to_string())),
-                    _ => Ok(Value::Array(fields)),
+                let mut error = None;
+                for f in items.by_ref().take(r.fields) {
+                    match f {
+                        Field::Value(Value::ServerError(e)) if fields.len() == 1 => {
+                            error = Some(e.to_string())
+                        }
+                        Field::Value(v) => fields.push(v),
+                        Field::Error(e) => error = error.or(Some(e)),
+                    }
+                }
+                match error {
+                    Some(e) => Err(Error::BadReply(e)),
+                    None => Ok(Value::Array(fields)),
                 }
             })
             .collect()
