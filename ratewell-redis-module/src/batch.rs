@@ -530,7 +530,7 @@ fn refund(
 ) -> Result<(), String> {
     let n = req.keys.len();
     let cost = cost_u32(cost);
-    // Every layer's policy and state are read first: an error changes nothing.
+    // Every layer's policy and key are checked first: an error changes nothing.
     let mut plan = Vec::with_capacity(n);
     for i in 0..n {
         let compiled = policies.get(req.args[4 + 2 * i])?;
@@ -541,7 +541,7 @@ fn refund(
         };
         plan.push((compiled, key, raw, req.args[4 + 2 * n + i]));
     }
-    for (compiled, key, raw, receipt_raw) in plan {
+    for (compiled, key, _, receipt_raw) in plan {
         let (after_raw, before_raw, bar) = split_receipt(receipt_raw);
         let receipt = if after_raw.is_empty() { None } else { parse(after_raw) };
         let Some((rv, rlen)) = receipt else { continue };
@@ -558,7 +558,8 @@ fn refund(
                 }
             }
             Compiled::Word(w) => {
-                let Some(raw) = raw else { continue };
+                // As it is now: an earlier layer of this refund may have named the same key.
+                let Ok(Some(raw)) = b.read(store, key) else { continue };
                 let Some((sv, slen)) = parse(&raw) else { continue };
                 if bar && raw == after_raw {
                     // Nothing since the charge: the state before it, bit for bit.
@@ -675,4 +676,45 @@ pub fn decide(
         out[0] = Reply::Int(i64::try_from(now).unwrap_or(i64::MAX));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Memory, Policies, Reply};
+
+    const POLICY: &[u8] = b"x|token-bucket capacity=5 rate=1/h";
+
+    fn take(store: &mut Memory, p: &mut Policies, op: &[u8], receipts: &[Vec<u8>]) -> Vec<Reply> {
+        let mut args: Vec<&[u8]> = vec![b"1", b"2"];
+        let na = (4 + 4 + receipts.len()).to_string();
+        args.push(na.as_bytes());
+        args.extend_from_slice(&[b"", b"2", op, b"", POLICY, b"0", POLICY, b"0"]);
+        args.extend(receipts.iter().map(Vec::as_slice));
+        store.run(p, &[b"k", b"k"], &args).unwrap()
+    }
+
+    /// Two layers on one key, charged together, another request after them, then both refunded
+    /// together: the refund of the second sees the first's, as two calls would.
+    #[test]
+    fn a_refund_of_two_layers_on_one_key_gives_both_back() {
+        let (mut store, mut p) = (Memory::new(1_800_000_000_000_000), Policies::default());
+        let reply = take(&mut store, &mut p, b"take", &[]);
+        assert_eq!(reply[1], Reply::Int(1), "{reply:?}");
+        let receipt = |i: usize| match &reply[1 + 6 * i + 6] {
+            Reply::Bytes(b) => b.clone(),
+            other => panic!("{other:?}"),
+        };
+        let (r1, r2) = (receipt(0), receipt(1));
+        let peek = take(&mut store, &mut p, b"peek", &[]);
+        // Two of each layer's five taken from one key: one left.
+        assert_eq!(peek[3], Reply::Int(1), "{peek:?}");
+        // Another request takes the last one: the state is no longer the charge's.
+        let one: [&[u8]; 9] = [b"1", b"1", b"6", b"", b"1", b"take", b"", POLICY, b"0"];
+        assert_eq!(store.run(&mut p, &[b"k"], &one).unwrap()[1], Reply::Int(1));
+        let refund = take(&mut store, &mut p, b"refund", &[r1, r2]);
+        assert_eq!(refund[1], Reply::Int(1), "{refund:?}");
+        // Both charges back: four left, the other request's one still taken.
+        let peek = take(&mut store, &mut p, b"peek", &[]);
+        assert_eq!(peek[3], Reply::Int(4), "{peek:?}");
+    }
 }
