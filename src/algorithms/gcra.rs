@@ -332,21 +332,7 @@ mod tests {
         assert!(Gcra::new(u32::MAX, 1_000_000_000, 1_000_000_000).is_ok());
     }
 
-    /// xorshift64: a tiny deterministic generator.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::algorithms::testing::Rng;
 
     fn gcra(spec: &str) -> Gcra {
         match spec.parse::<crate::policy::Policy>().unwrap().algorithm {

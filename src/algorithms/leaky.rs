@@ -258,21 +258,7 @@ mod tests {
         assert!(l.decide(0, 0, 2).0.is_impossible());
     }
 
-    /// xorshift64: a tiny deterministic generator.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::algorithms::testing::Rng;
 
     fn leaky(spec: &str) -> Leaky {
         match spec.parse::<crate::policy::Policy>().unwrap().algorithm {

@@ -304,6 +304,27 @@ pub(crate) fn convert(from: &Algorithm, to: &Algorithm, word: u64, now: u64) -> 
     to.decide(0, now, cost).1.unwrap_or(0)
 }
 
+/// What the algorithms' property tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// xorshift64: a tiny deterministic generator.
+    pub(crate) struct Rng(pub(crate) u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// In `0..n`, `n > 0`.
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -354,21 +354,7 @@ mod tests {
         assert_eq!(d.retry_after_ns(), Some(1_000 * MS - 999_999));
     }
 
-    /// xorshift64: a tiny deterministic generator.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::algorithms::testing::Rng;
 
     fn nginx(spec: &str) -> Nginx {
         match spec.parse::<crate::policy::Policy>().unwrap().algorithm {

@@ -324,22 +324,7 @@ mod tests {
         }
     }
 
-    /// xorshift64.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        /// In `0..n`, `n > 0`.
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::algorithms::testing::Rng;
 
     /// A time at or after `now`, in whole µs: the same instant, the next µs, on or next to a
     /// window boundary, a few windows on, or (rarely) hours later.
