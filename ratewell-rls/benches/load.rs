@@ -26,6 +26,10 @@
 //! each). Runs alternate between the servers (noop, memory[, redis], noop, ...), and the report
 //! gives each figure's median over the runs and the ratios the issue sets as bars.
 
+// The module's shared object (`module_path`, built with `--release` from an optimized build).
+#[path = "../../ratewell-redis/tests/common/mod.rs"]
+mod redis_common;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -313,30 +317,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// ratewell-redis-module's shared object, built with `--release`.
-fn module_object() -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "--quiet", "--release", "-p", "ratewell-redis-module"])
-        .arg("--message-format=json")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("cargo");
-    assert!(out.status.success(), "building ratewell-redis-module failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("cdylib"))
-        .find_map(|l| {
-            let at = l.find("\"filenames\":[")? + "\"filenames\":[".len();
-            l[at..]
-                .split('"')
-                .find(|f| f.ends_with(".so") || f.ends_with(".dylib"))
-                .map(str::to_string)
-        })
-        .expect("cargo named the module's shared object")
-}
-
 fn redis_server(module: Option<&str>) -> RedisServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
@@ -415,7 +395,7 @@ fn main() {
     let root_s = root.path().display().to_string();
     let redis = with_redis.then(|| redis_server(None));
     let redis_url = redis.as_ref().map(|r| format!("redis://127.0.0.1:{}", r.port));
-    let module = with_module.then(|| redis_server(Some(&module_object())));
+    let module = with_module.then(|| redis_server(Some(redis_common::module_path())));
     let module_url = module.as_ref().map(|r| format!("redis://127.0.0.1:{}", r.port));
 
     let mut kinds = vec!["noop", "memory"];
