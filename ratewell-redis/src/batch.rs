@@ -2,7 +2,8 @@
 //! cluster). A request that finds none in flight is sent at once, alone; the requests that
 //! arrive while a call is in flight queue, and go as one call when it
 //! returns (at most [`Builder::batch`](crate::Builder::batch), 64 unless set). No timer: a lone task's decision is never delayed, and under load a call carries
-//! what queued during the previous one's round trip.
+//! what queued during the previous one's round trip, and what the callers that call answered
+//! submit as soon as they run (they run before the next call goes).
 //!
 //! A request joins the queue when its future is first polled: decisions started in order (one
 //! task awaiting each in turn, or futures first polled in order) are decided in that order.
@@ -188,6 +189,10 @@ async fn drain(shared: Arc<Shared>, batcher: Arc<Batcher>) {
         for (w, reply) in batch.into_iter().zip(replies) {
             let _ = w.reply.send(reply);
         }
+        // The callers just answered are ready to run, and most will submit again at once: let
+        // them queue before the next call goes, or it would carry only what queued during the
+        // round trip and the next one everything else (alternate calls of 1 and of the batch).
+        tokio::task::yield_now().await;
     }
 }
 

@@ -241,3 +241,48 @@ async fn compare_cross_slot(batched: &RedisLimiter, single: &RedisLimiter, seed:
         }
     }
 }
+
+/// Tasks that each decide again as soon as they are answered fill the next call together: the
+/// callers a call answered run before the next call goes. Were the next call sent at once, it
+/// would carry only the one request queued meanwhile, and calls would alternate between one
+/// request and all the others (a mean batch near half the tasks).
+#[test]
+fn tasks_deciding_in_a_loop_fill_each_call() {
+    const TASKS: u64 = 32;
+    let server = Server::start_on(Path::Library, &[]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let l = RedisLimiter::builder(&server.url())
+            .layer("loop", &"token-bucket capacity=1000000 rate=1000/s".parse::<Policy>().unwrap())
+            .prefix("fill:")
+            .timeout(Duration::from_secs(5))
+            .batch(TASKS as usize)
+            .build()
+            .await
+            .unwrap();
+        let round = |rounds: u64| {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let l = l.clone();
+                    tokio::spawn(async move {
+                        for i in 0..rounds {
+                            let v = l.check(&format!("k{t}-{i}"), 1).await;
+                            assert_eq!(v.source(), Source::Server);
+                        }
+                    })
+                })
+                .collect();
+            async move {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            }
+        };
+        round(2).await;
+        let before = l.metrics();
+        round(40).await;
+        let after = l.metrics();
+        let mean = (after.server - before.server) as f64 / (after.calls - before.calls) as f64;
+        assert!(mean > 0.8 * TASKS as f64, "mean batch {mean:.1} of {TASKS} tasks");
+    });
+}
