@@ -11,7 +11,8 @@
 //! `cargo bench -p ratewell-redis`; `--quick` for a short run (what CI does); `--module` loads
 //! ratewell-redis-module into the server (built with `--release`) and measures both paths side by
 //! side: every decision row and the batch sweep for the module's native command and for the
-//! function library (a limiter built with `module(false)`).
+//! function library (a limiter built with `module(false)`); `--only latency`, `--only concurrent`
+//! or `--only leases` runs one part.
 //!
 //! [`Builder::batch`]: ratewell_redis::Builder::batch
 
