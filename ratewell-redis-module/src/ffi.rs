@@ -227,7 +227,8 @@ unsafe extern "C" fn batch_command(ctx: *mut Ctx, argv: *mut *mut RString, argc:
         ctx,
         keys,
         open: vec![std::ptr::null_mut(); keys.len()],
-        applied: Vec::new(),
+        applied: Vec::with_capacity(keys.len()),
+        effects: Vec::with_capacity(keys.len() * 34),
         real_us: None,
     };
     let result = catch_unwind(AssertUnwindSafe(|| {
@@ -269,9 +270,6 @@ fn error_text(e: &str) -> CString {
     CString::new(clean).unwrap_or_default()
 }
 
-/// A key's stored state to replicate: its value and absolute expiry (ms), or `None` (deleted).
-type Stored = Option<(Vec<u8>, c_longlong)>;
-
 /// The server's keyspace, for one command: its key arguments by index.
 struct Server<'a> {
     api: &'static Api,
@@ -280,8 +278,11 @@ struct Server<'a> {
     /// Each key's handle once opened (null before), for reading and writing: one lookup a key
     /// for the whole command. Closed when the command ends.
     open: Vec<*mut Key>,
-    /// The states stored (value and absolute expiry, ms) or deleted, to replicate.
-    applied: Vec<(usize, Stored)>,
+    /// The keys stored or deleted, in order, to replicate...
+    applied: Vec<usize>,
+    /// ...and what happened to each, as `APPLY` reads it: the value's length, the value and its
+    /// absolute expiry (ms, an `f64`), or 255 for a deletion.
+    effects: Vec<u8>,
     /// The machine's clock, read once: for expiries (and for the decisions, unless the request
     /// names its own time).
     real_us: Option<u64>,
@@ -322,6 +323,14 @@ impl Server<'_> {
 
     /// Move the open key's expiry to `now + ttl_ms` if it expires earlier (or never), and
     /// return the absolute expiry it has then (ms since the epoch).
+    /// Note a stored state for replication.
+    fn note_stored(&mut self, key: usize, value: &[u8], at: c_longlong) {
+        self.applied.push(key);
+        self.effects.push(value.len() as u8);
+        self.effects.extend_from_slice(value);
+        self.effects.extend_from_slice(&(at as f64).to_le_bytes());
+    }
+
     fn expire_at_least(&mut self, key: *mut Key, ttl_ms: u64) -> c_longlong {
         let target = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
         // SAFETY: `key` is an open key of this command.
@@ -397,6 +406,11 @@ impl Store for Server<'_> {
                 if stored != OK {
                     return;
                 }
+                // A new key has no expiry to compare with.
+                let at = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
+                (self.api.set_abs_expire)(k, at);
+                self.note_stored(key, value, at);
+                return;
             } else {
                 if kind != KEYTYPE_STRING {
                     return;
@@ -415,7 +429,7 @@ impl Store for Server<'_> {
             }
         }
         let at = self.expire_at_least(k, ttl_ms);
-        self.applied.push((key, Some((value.to_vec(), at))));
+        self.note_stored(key, value, at);
     }
 
     fn delete(&mut self, key: usize) {
@@ -427,7 +441,8 @@ impl Store for Server<'_> {
             }
             (self.api.delete_key)(k);
         }
-        self.applied.push((key, None));
+        self.applied.push(key);
+        self.effects.push(255);
     }
 
     fn finish(&mut self) {
@@ -437,19 +452,8 @@ impl Store for Server<'_> {
         // One replicated command for every state the batch stored: `EVAL` of a script that
         // applies them (`APPLY`), deterministic and needing no module, where a `SET` per key
         // would cost a command lookup, an operation and its arguments each.
-        let keys: Vec<*mut RString> = self.applied.iter().map(|(k, _)| self.keys[*k]).collect();
-        let mut blob = Vec::with_capacity(self.applied.len() * 34);
-        for (_, write) in &self.applied {
-            match write {
-                Some((value, at)) => {
-                    blob.push(value.len() as u8);
-                    blob.extend_from_slice(value);
-                    blob.extend_from_slice(&(*at as f64).to_le_bytes());
-                }
-                None => blob.push(255),
-            }
-        }
-        let blob = self.string(&blob);
+        let keys: Vec<*mut RString> = self.applied.iter().map(|&k| self.keys[k]).collect();
+        let blob = self.string(&self.effects);
         // SAFETY: the format takes a C string, a long long, an array of strings with its length
         // (the call's own key arguments) and a string, freed after the server took its reference.
         unsafe {
@@ -466,6 +470,7 @@ impl Store for Server<'_> {
             (self.api.free_string)(self.ctx, blob);
         }
         self.applied.clear();
+        self.effects.clear();
     }
 
     fn list(&mut self, key: usize) -> Result<Vec<Vec<u8>>, WrongType> {
