@@ -1,10 +1,10 @@
 //! The build script of `ratewell` and `ratewell-loom-tests`: declares the values of the
-//! `ratewell_broken` cfg, read from `variants.txt` (the one list of the broken protocols), and,
+//! `ratewell_broken` cfg, read from `src/broken/variants.txt` (the one list of the broken protocols), and,
 //! when one is selected (`--cfg ratewell_broken="VARIANT"`), sets `ratewell_broken_protocol`,
 //! the one cfg that swaps in `src/broken.rs`.
 
 fn main() {
-    let variants: Vec<&str> = include_str!("variants.txt")
+    let variants: Vec<&str> = include_str!("src/broken/variants.txt")
         .lines()
         .map(|line| line.split('#').next().unwrap_or("").trim())
         .filter(|name| !name.is_empty())
