@@ -8,12 +8,12 @@
 //! (check-cfg), `loom-tests` and `.ci/run` read.
 
 use crate::algorithms::sliding_log::{Log, SlidingLog};
+use crate::cas::{self, Applied};
 use crate::decision::Decision;
 use crate::keyed::table::{self, Place, Slot, Table};
-use crate::state::{self, Applied};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
-/// The CAS loop (`state.rs`).
+/// The CAS loop (`cas.rs`).
 ///
 /// - `store`: a plain store instead of the compare-exchange (lost updates);
 /// - `reject_writes`: a rejection writes back the state it read (a lost admission when another
@@ -50,12 +50,12 @@ pub(crate) fn apply_masked<R>(
                 word.store(current, Ordering::Relaxed);
                 Applied::Done(report)
             }
-            _ => state::apply_masked(&decide, word, mask, &still_ours),
+            _ => cas::apply_masked(&decide, word, mask, &still_ours),
         }
     } else if cfg!(ratewell_broken = "no_revalidate") {
-        state::apply_masked(decide, word, mask, || true)
+        cas::apply_masked(decide, word, mask, || true)
     } else {
-        state::apply_masked(decide, word, mask, still_ours)
+        cas::apply_masked(decide, word, mask, still_ours)
     }
 }
 

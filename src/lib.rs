@@ -89,6 +89,7 @@
 mod algorithms;
 #[cfg(ratewell_broken_protocol)]
 mod broken;
+mod cas;
 mod clock;
 mod decision;
 mod headers;
@@ -98,7 +99,6 @@ mod limiter;
 mod mem;
 mod policy;
 mod snapshot;
-mod state;
 mod sync;
 mod word;
 

@@ -4,10 +4,10 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::sliding_log::{Log, SlidingLog};
 use crate::algorithms::{Algorithm, dispatch};
+use crate::cas;
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
-use crate::state;
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 /// Where one key's state lives: a word for every algorithm but the sliding log, which has a log
@@ -43,11 +43,11 @@ impl Cell {
         if !commit {
             return match algorithm {
                 Algorithm::Log(a) => a.decide(&mut lock(self.log()), now, cost, false),
-                _ => state::peek(algorithm, &self.word, now, cost),
+                _ => cas::peek(algorithm, &self.word, now, cost),
             };
         }
         dispatch!(algorithm,
-            a => state::apply_one::<Decision, _>(a, &self.word, now, cost),
+            a => cas::apply_one::<Decision, _>(a, &self.word, now, cost),
             log a => self.decide_log(a, now, cost)
         )
     }
@@ -59,7 +59,7 @@ impl Cell {
     #[inline]
     fn allow(&self, algorithm: &Algorithm, now: u64, cost: u32) -> bool {
         dispatch!(algorithm,
-            a => state::apply_one::<bool, _>(a, &self.word, now, cost),
+            a => cas::apply_one::<bool, _>(a, &self.word, now, cost),
             log a => self.decide_log(a, now, cost).is_admitted()
         )
     }

@@ -33,11 +33,11 @@ use std::collections::HashMap;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithms::{Algorithm, sliding_log::Log, sliding_log::SlidingLog};
+use crate::cas::{Report, Taken};
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
 use crate::keyed::table::{CapacityError, MAX_CAPACITY, OnFull, TableStats};
 use crate::keyed::{Receipt, Store, shard_count};
-use crate::state::{Report, Taken};
 use crate::sync::{Mutex, MutexGuard, lock};
 
 /// Keys examined from the head of a full shard's list for one new key.

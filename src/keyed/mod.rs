@@ -20,10 +20,10 @@ use self::counts::Counts;
 use self::log_table::LogTable;
 use self::registry::{Locked, Pinned, Policies, Registry, Within};
 use self::table::{MAX_CAPACITY, Table, TableStats};
+use crate::cas::{Charged, Report, Taken};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::state::{Charged, Report, Taken};
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///

@@ -134,10 +134,10 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithms::convert;
+use crate::cas::{Applied, Report, apply_algorithm, refund_masked};
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
 use crate::keyed::{GROUP, Receipt, Store, shard_count};
-use crate::state::{Applied, Report, apply_algorithm, refund_masked};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 pub(crate) const EMPTY: u64 = 0;
