@@ -1,5 +1,6 @@
 //! Building an [`HttpLimiter`]: the limits, their keys, and what a rejection looks like.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -8,25 +9,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use http::{Extensions, HeaderValue, StatusCode};
 use ratewell::{
-    Clock, IpPrefixes, Layer, LayeredLimiter, LayersError, Policy, PolicyError, QuantaClock, Resume,
+    Clock, IpPrefixes, KeyHasher, Layer, LayerKey, LayeredLimiter, LayersError, MAX_LAYERS, Policy,
+    PolicyError, QuantaClock, Resume,
 };
 
 use crate::client_ip::TrustedProxies;
 use crate::key::{Key, KeyContext};
-use crate::limiter::HttpLimiter;
+use crate::limiter::{Absent, CostFn, HttpLimiter, PeerFn};
 use crate::metrics::Counters;
-
-/// What a layer does with a request that has no key for it (an anonymous request on an API-key
-/// limit).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Absent {
-    /// Skip the layer: the request is not limited by it (nor charged on it).
-    #[default]
-    Skip,
-    /// Answer with this status (401 for a missing credential, 400 for a missing field) and a
-    /// problem-details body, without charging any layer.
-    Reject(StatusCode),
-}
 
 /// One limit: a name (its `RateLimit` item), a policy in the grammar of `docs/SEMANTICS.md`, and
 /// the key it counts by.
@@ -138,9 +128,6 @@ impl std::error::Error for BuildError {
     }
 }
 
-pub(crate) type PeerFn = dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync;
-pub(crate) type CostFn = dyn Fn(KeyContext<'_>) -> u32 + Send + Sync;
-
 /// The configuration of an [`HttpLimiter`]; see [`HttpLimiter::builder`] (and an adapter's
 /// own, `ratewell_http::RateLimitLayer::builder`).
 pub struct Builder<C: Clock = QuantaClock> {
@@ -197,6 +184,13 @@ fn interned(field: String) -> &'static HeaderValue {
     let value: &'static HeaderValue = Box::leak(Box::new(value));
     kept.insert(field, value);
     value
+}
+
+impl HttpLimiter<QuantaClock> {
+    /// A builder with no limit yet, on the TSC clock.
+    pub fn builder() -> Builder<QuantaClock> {
+        Builder::new()
+    }
 }
 
 impl Builder<QuantaClock> {
@@ -375,7 +369,7 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
         let any_dry_run =
             (0..limiter.len()).any(|i| limiter.policy(i).is_some_and(Policy::is_dry_run));
         let lean = !self.admitted_headers && !self.dry_run && !delays && !any_dry_run;
-        let global_hashes = crate::limiter::global_hashes(&limiter);
+        let global_hashes = global_hashes(&limiter);
         let direct_ip = matches!(&*self.limits, [limit] if limit.key.is_client_ip()
             && limit.absent == Absent::Skip)
             && self.cost.is_none()
@@ -403,4 +397,27 @@ impl<C: Clock + Send + Sync + 'static> Builder<C> {
             counters: Counters::new(),
         })
     }
+}
+
+/// Each layer's hash of [`Key::global`]'s key, for [`HttpLimiter::global_hashes`]: a key that hashes
+/// the key it is given and skips the layer, peeked once per layer (a skipped layer is neither
+/// decided nor charged).
+fn global_hashes<C: Clock>(limiter: &LayeredLimiter<C>) -> [u64; MAX_LAYERS] {
+    struct Capture<'c>(&'c Cell<u64>);
+    impl LayerKey for Capture<'_> {
+        fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
+            self.0.set(hasher.hash(&Key::GLOBAL_VALUE));
+            None
+        }
+    }
+    let mut hashes = [0; MAX_LAYERS];
+    for (i, hash) in hashes.iter_mut().enumerate().take(limiter.len()) {
+        let cell = Cell::new(0);
+        let capture = Capture(&cell);
+        let mut keys: [&dyn LayerKey; MAX_LAYERS] = [&ratewell::Absent; MAX_LAYERS];
+        keys[i] = &capture;
+        let _ = limiter.peek(&keys[..limiter.len()], 1);
+        *hash = cell.get();
+    }
+    hashes
 }

@@ -55,10 +55,10 @@ mod metrics;
 pub mod prometheus;
 mod response;
 
-pub use builder::{Absent, BuildError, Builder, Limit};
+pub use builder::{BuildError, Builder, Limit};
 pub use client_ip::{DEFAULT_MAX_FORWARDED_BYTES, ForwardedHeader, TrustedProxies};
 pub use key::{Key, KeyContext, KeyValue};
-pub use limiter::{Fields, Head, HttpLimiter, RATELIMIT, RATELIMIT_POLICY, Verdict};
+pub use limiter::{Absent, Fields, Head, HttpLimiter, Verdict};
 pub use metrics::{LayerMetrics, Metrics};
 pub use ratewell::{IpPrefixes, Policy};
-pub use response::{QUOTA_EXCEEDED, Ready};
+pub use response::{QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, Ready};

@@ -1,5 +1,6 @@
 //! The limiter of HTTP requests every adapter drives: it resolves the client, extracts each
-//! limit's key, decides all limits at once, and says what to do with the request.
+//! limit's key, decides all limits at once, and says what to do with the request; and the parts
+//! of its configuration it holds from the builder ([`Absent`], the peer and cost functions).
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -12,20 +13,32 @@ use http::{Extensions, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri}
 use ratewell::{Clock, IpPrefixes, KeyHasher, LayerKey, LayeredDecision, LayeredLimiter};
 use ratewell::{MAX_LAYERS, OwnedReservation, QuantaClock};
 
-use crate::builder::{Absent, Builder, CostFn, PeerFn};
 use crate::client_ip::{Resolved, TrustedProxies};
 use crate::key::{Client, Key, KeyContext};
 use crate::metrics::{self, Counters, LayerCounter, Metrics};
-use crate::response::{self, Ready};
+use crate::response::{self, RATELIMIT, RATELIMIT_POLICY, Ready};
 
-/// The `RateLimit-Policy` field name.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// The `RateLimit` field name.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// What a layer does with a request that has no key for it (an anonymous request on an API-key
+/// limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Absent {
+    /// Skip the layer: the request is not limited by it (nor charged on it).
+    #[default]
+    Skip,
+    /// Answer with this status (401 for a missing credential, 400 for a missing field) and a
+    /// problem-details body, without charging any layer.
+    Reject(StatusCode),
+}
+
+/// What finds the peer's address in a request's extensions
+/// ([`Builder::peer_addr`](crate::Builder::peer_addr)).
+pub(crate) type PeerFn = dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync;
+/// What a request costs ([`Builder::cost`](crate::Builder::cost)).
+pub(crate) type CostFn = dyn Fn(KeyContext<'_>) -> u32 + Send + Sync;
 
 /// One or more [`Limit`](crate::Limit)s on HTTP requests, decided all or nothing, and the
 /// answers that go with them: what an adapter (the tower layer, the pingora one) asks about
-/// each request with [`decide`](Self::decide). Built by [`Builder::build`].
+/// each request with [`decide`](Self::decide). Built by [`Builder::build`](crate::Builder::build).
 ///
 /// # Examples
 ///
@@ -83,15 +96,8 @@ impl<C: Clock> fmt::Debug for HttpLimiter<C> {
     }
 }
 
-impl HttpLimiter<QuantaClock> {
-    /// A builder with no limit yet, on the TSC clock.
-    pub fn builder() -> Builder<QuantaClock> {
-        Builder::new()
-    }
-}
-
 /// What a limiter reads of a request: its head, and the peer's address when the adapter knows
-/// it (else the builder's [`peer_addr`](Builder::peer_addr) function reads it from the
+/// it (else the builder's [`peer_addr`](crate::Builder::peer_addr) function reads it from the
 /// extensions).
 #[derive(Clone, Copy, Debug)]
 pub struct Head<'a> {
@@ -218,7 +224,8 @@ impl<C: Clock> HttpLimiter<C> {
     }
 
     /// Write a snapshot of every limit's keys to `w` while requests go on, for
-    /// [`Builder::restore`] in the next process (see `ratewell::LayeredLimiter::snapshot`).
+    /// [`Builder::restore`](crate::Builder::restore) in the next process (see
+    /// `ratewell::LayeredLimiter::snapshot`).
     pub fn snapshot(&self, w: impl std::io::Write) -> std::io::Result<ratewell::SnapshotInfo> {
         self.limiter.snapshot(w)
     }
@@ -507,29 +514,6 @@ impl LayerKey for ClientNetwork {
     fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
         Some(hasher.hash(&self.0.to_bits()))
     }
-}
-
-/// Each layer's hash of [`Key::global`]'s key, for [`HttpLimiter::global_hashes`]: a key that hashes
-/// the key it is given and skips the layer, peeked once per layer (a skipped layer is neither
-/// decided nor charged).
-pub(crate) fn global_hashes<C: Clock>(limiter: &LayeredLimiter<C>) -> [u64; MAX_LAYERS] {
-    struct Capture<'c>(&'c Cell<u64>);
-    impl LayerKey for Capture<'_> {
-        fn key_hash(&self, hasher: &KeyHasher<'_>) -> Option<u64> {
-            self.0.set(hasher.hash(&Key::GLOBAL_VALUE));
-            None
-        }
-    }
-    let mut hashes = [0; MAX_LAYERS];
-    for (i, hash) in hashes.iter_mut().enumerate().take(limiter.len()) {
-        let cell = Cell::new(0);
-        let capture = Capture(&cell);
-        let mut keys: [&dyn LayerKey; MAX_LAYERS] = [&ratewell::Absent; MAX_LAYERS];
-        keys[i] = &capture;
-        let _ = limiter.peek(&keys[..limiter.len()], 1);
-        *hash = cell.get();
-    }
-    hashes
 }
 
 /// The dry-run layers that would have rejected, as a bit set.

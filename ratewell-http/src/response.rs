@@ -1,11 +1,15 @@
 //! The layer's own answers: a rejection, an impossible request, a missing key; over HTTP as
-//! problem details (RFC 9457), over gRPC as a trailers-only response with `grpc-status`.
+//! problem details (RFC 9457), over gRPC as a trailers-only response with `grpc-status`. And the
+//! names of the `RateLimit-Policy` and `RateLimit` fields they carry (as admitted responses do).
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::limiter::{RATELIMIT, RATELIMIT_POLICY};
+/// The `RateLimit-Policy` field name.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` field name.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The problem type of draft-ietf-httpapi-ratelimit-headers for a request over its quota.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
