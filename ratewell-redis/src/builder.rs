@@ -1,4 +1,6 @@
-//! [`Builder`]: a limiter's layers, connection settings and [`Failover`], compiled and connected.
+//! [`Builder`]: a limiter's layers, connection settings and [`Failover`], compiled and connected;
+//! and the constructors that start one ([`RedisLimiter::builder`],
+//! [`RedisLimiter::sentinel_builder`], [`RedisLimiter::cluster_builder`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -8,28 +10,14 @@ use ratewell::{Layer, LayeredLimiter, MAX_LAYERS, Parameters, Policy};
 use tokio::sync::Notify;
 
 use crate::batch::{Batchers, DEFAULT_BATCH, MAX_BATCH};
-use crate::conn::{Shared, connect, is_connection_error, reconnect};
+use crate::conn::{Shared, connect, reconnect};
 use crate::error::Error;
+use crate::failover::Failover;
 use crate::limiter::RedisLimiter;
 use crate::metrics::Counters;
-use crate::script::{Code, Compiled};
-use crate::target::{Target, Tls};
-
-/// What a decision is when the server cannot make it: chosen when the limiter is built.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failover {
-    /// Admit the request (availability over the limit). The decision reports the whole limit as
-    /// remaining: nothing was counted.
-    Open,
-    /// Reject it, with `retry_after` the current reconnect backoff.
-    Closed,
-    /// Decide it in process, with every layer's limits divided by `instances` (the number of
-    /// processes sharing the limit), so that the instances together stay near the policy.
-    Local {
-        /// How many instances share the limit (at least 1).
-        instances: u32,
-    },
-}
+use crate::per_call::PerCallLimiter;
+use crate::script::{Code, Compiled, LayerSpec};
+use crate::target::{Sentinel, Target, Tls, is_connection_error};
 
 /// Builds a [`RedisLimiter`]: see [`RedisLimiter::builder`].
 #[derive(Debug)]
@@ -43,6 +31,66 @@ pub struct Builder {
     backoff: (Duration, Duration),
     batch: usize,
     module: bool,
+}
+
+impl RedisLimiter {
+    /// A builder for a limiter on the server at `url` (`redis://HOST:PORT[/DB]`,
+    /// `rediss://...`, `unix:///path`).
+    pub fn builder(url: &str) -> Builder {
+        let target = redis::Client::open(url)
+            .map(|_| Target::Single(url.to_owned()))
+            .map_err(|e| Error::Url(e.to_string()));
+        Builder::with_target(target)
+    }
+
+    /// A builder for a limiter on the primary that Redis Sentinel names. The sentinels are
+    /// asked in order which server is primary (`SENTINEL get-master-addr-by-name`), and that
+    /// server must say so itself (`ROLE`). When the connection breaks, or the server answers a
+    /// decision as a replica does (`READONLY`: a failover demoted it), the connection counts as
+    /// down (decisions fail, as [`Failover`] says) and the background probe asks the sentinels
+    /// again, connecting to the new primary. A decision in flight at the failover fails; one
+    /// the old primary applied but had not yet replicated is lost with it (Redis's replication
+    /// is asynchronous), so across a failover the limit can admit up to those charges again.
+    ///
+    /// ```no_run
+    /// use ratewell_redis::{RedisLimiter, Sentinel};
+    ///
+    /// # async fn run() -> Result<(), ratewell_redis::Error> {
+    /// let limiter = RedisLimiter::sentinel_builder(Sentinel {
+    ///     name: "mymaster".into(),
+    ///     sentinels: vec!["redis://10.0.0.5:26379".into(), "redis://10.0.0.6:26379".into()],
+    ///     username: None,
+    ///     password: None,
+    /// })
+    /// .layer("per-client", &"fixed-window limit=100 window=1m".parse().unwrap())
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder(sentinel: Sentinel) -> Builder {
+        let target = if sentinel.sentinels.is_empty() {
+            Err(Error::Url("no sentinel given".into()))
+        } else {
+            sentinel
+                .sentinels
+                .iter()
+                .try_for_each(|n| redis::Client::open(n.as_str()).map(drop))
+                .map(|()| Target::Sentinel(sentinel))
+                .map_err(|e| Error::Url(e.to_string()))
+        };
+        Builder::with_target(target)
+    }
+
+    /// A builder for a limiter on a Redis Cluster, given some of its nodes' URLs.
+    pub fn cluster_builder<S: AsRef<str>>(nodes: &[S]) -> Builder {
+        let nodes: Vec<String> = nodes.iter().map(|s| s.as_ref().to_string()).collect();
+        let target = nodes
+            .iter()
+            .try_for_each(|n| redis::Client::open(n.as_str()).map(drop))
+            .map(|()| Target::Cluster(nodes))
+            .map_err(|e| Error::Url(e.to_string()));
+        Builder::with_target(target)
+    }
 }
 
 impl Builder {
@@ -153,17 +201,17 @@ impl Builder {
     }
 
     /// Build a limiter whose calls name their own policies, costs and modes
-    /// ([`PerCallLimiter::decide`](crate::PerCallLimiter::decide)), and connect, as
+    /// ([`PerCallLimiter::decide`]), and connect, as
     /// [`build`](Self::build) does. It takes no layers and has no failover (its caller decides
     /// what an error means): a builder with layers or `Failover::Local` is [`Error::Layers`].
-    pub async fn build_per_call(self) -> Result<crate::PerCallLimiter, Error> {
+    pub async fn build_per_call(self) -> Result<PerCallLimiter, Error> {
         if !self.layers.is_empty() || matches!(self.failover, Failover::Local { .. }) {
             return Err(Error::Layers(
                 "a per-call limiter names its policies per call: no layers, no local failover"
                     .into(),
             ));
         }
-        Ok(crate::PerCallLimiter { shared: self.connect_shared(Vec::new(), None).await? })
+        Ok(PerCallLimiter { shared: self.connect_shared(Vec::new(), None).await? })
     }
 
     /// Connect, load the script and start the reconnect task.
@@ -227,7 +275,7 @@ impl Builder {
 }
 
 impl Builder {
-    pub(crate) fn with_target(target: Result<Target, Error>) -> Self {
+    fn with_target(target: Result<Target, Error>) -> Self {
         Builder {
             target,
             tls: None,
@@ -290,12 +338,4 @@ pub(crate) fn divide(policy: &Policy, instances: u32) -> Result<Policy, Error> {
     };
     let divided: Policy = spec.parse().map_err(|e| Error::Failover(format!("{spec}: {e}")))?;
     Ok(divided.with_dry_run(policy.is_dry_run()))
-}
-
-/// A layer as the limiter keeps it: its name, policy, and the script's arguments for it.
-pub(crate) struct LayerSpec {
-    pub(crate) name: String,
-    pub(crate) policy: Policy,
-    pub(crate) compiled: Compiled,
-    pub(crate) args: Vec<String>,
 }

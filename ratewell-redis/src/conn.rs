@@ -1,5 +1,6 @@
 //! The connection to the server: connecting, loading the decision code (a function library, or a
-//! script where `FUNCTION` is missing), one call of it, the connection's down state and the
+//! script where `FUNCTION` is missing), requests submitted through the batch queues
+//! ([`crate::batch`]) and the call that carries them, the connection's down state and the
 //! background probe that brings it back.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,14 +15,15 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::batch::Batchers;
-use crate::builder::{Failover, LayerSpec};
+use crate::batch::{Batcher, Batchers, Joined, Request};
 use crate::error::Error;
+use crate::failover::Failover;
 use crate::keys::redis_key;
 use crate::metrics::{Counters, bump};
-use crate::script::Code;
+use crate::script::{Code, LayerSpec};
 use crate::target::{
-    Sentinel, Target, Tls, cluster_tls, is_tls_error, open_client, resolve_primary, with_scheme,
+    Sentinel, Target, Tls, cluster_tls, is_connection_error, is_tls_error, open_client,
+    resolve_primary, with_scheme,
 };
 
 /// The connection: one node through redis-rs's connection manager, a cluster, or the primary
@@ -185,10 +187,6 @@ pub(crate) async fn connect(
     }
 }
 
-pub(crate) fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-}
-
 /// A write refused by a replica: the server connected to is no longer the primary (a failover
 /// demoted it). Handled as a connection that is down, so the probe finds the primary again.
 fn is_read_only(e: &RedisError) -> bool {
@@ -311,6 +309,105 @@ impl Shared {
         }
     }
 
+    /// Decide one request: sent at once if nothing is in flight on its connection (its slot),
+    /// else queued for the next call. Its reply is `[now_us, fields...]`, as a call of that
+    /// request alone would answer. Never waits past the timeout, and not at all while down.
+    pub(crate) async fn submit(self: &Arc<Self>, request: Request) -> Result<Value, Error> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(Error::Down("reconnecting".into()));
+        }
+        let deadline = Instant::now() + self.deadline();
+        let batcher = self.batchers.of(&request.keys);
+        let request = match batcher.join(request) {
+            Joined::Lead(request) => request,
+            Joined::Queued(rx) => {
+                return match tokio::time::timeout_at(deadline, rx).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(_)) => {
+                        Err(Error::Down("the call carrying the request was dropped".into()))
+                    }
+                    Err(_) => {
+                        self.mark_down();
+                        Err(Error::Timeout)
+                    }
+                };
+            }
+        };
+        let lead = Lead { shared: self, batcher: &batcher };
+        let reply = self.send(&[&request], deadline).await.pop();
+        drop(lead);
+        reply.unwrap_or_else(|| Err(Error::BadReply("no reply".into())))
+    }
+
+    /// One call carrying `requests`, in order; one reply (or error) per request.
+    pub(crate) async fn send(
+        &self,
+        requests: &[&Request],
+        deadline: Instant,
+    ) -> Vec<Result<Value, Error>> {
+        let all = |e: Error| requests.iter().map(|_| Err(e.clone())).collect();
+        if self.down.load(Ordering::Acquire) {
+            return all(Error::Down("reconnecting".into()));
+        }
+        let counts: Vec<Vec<u8>> = std::iter::once(requests.len())
+            .chain(requests.iter().flat_map(|r| [r.keys.len(), r.args.len()]))
+            .map(|n| n.to_string().into_bytes())
+            .collect();
+        let keys: Vec<&str> =
+            requests.iter().flat_map(|r| r.keys.iter().map(String::as_str)).collect();
+        let mut args: Vec<&[u8]> =
+            Vec::with_capacity(counts.len() + requests.iter().map(|r| r.args.len()).sum::<usize>());
+        args.push(&counts[0]);
+        for (i, r) in requests.iter().enumerate() {
+            args.push(&counts[1 + 2 * i]);
+            args.push(&counts[2 + 2 * i]);
+            args.extend(r.args.iter().map(Vec::as_slice));
+        }
+        bump(&self.counters.calls);
+        let reply = match self.call(&keys, &args, deadline).await {
+            Ok(reply) => reply,
+            Err(e) => return all(e),
+        };
+        // The library answers an array; the module one string holding the same fields.
+        let items: Vec<Field> = match reply {
+            Value::Array(items) => items.into_iter().map(Field::Value).collect(),
+            Value::BulkString(blob) => match module_fields(&blob) {
+                Some(items) => items,
+                None => return all(Error::BadReply("the module's reply does not decode".into())),
+            },
+            _ => return all(Error::BadReply("the script's reply is not an array".into())),
+        };
+        if items.len() != 1 + requests.iter().map(|r| r.fields).sum::<usize>() {
+            return all(Error::BadReply("the script's reply has the wrong length".into()));
+        }
+        let mut items = items.into_iter();
+        let now = match items.next() {
+            Some(Field::Value(v)) => v,
+            _ => Value::Int(0),
+        };
+        requests
+            .iter()
+            .map(|r| {
+                let mut fields = Vec::with_capacity(1 + r.fields);
+                fields.push(now.clone());
+                let mut error = None;
+                for f in items.by_ref().take(r.fields) {
+                    match f {
+                        Field::Value(Value::ServerError(e)) if fields.len() == 1 => {
+                            error = Some(e.to_string())
+                        }
+                        Field::Value(v) => fields.push(v),
+                        Field::Error(e) => error = error.or(Some(e)),
+                    }
+                }
+                match error {
+                    Some(e) => Err(Error::BadReply(e)),
+                    None => Ok(Value::Array(fields)),
+                }
+            })
+            .collect()
+    }
+
     /// One call of the code (`FCALL`, or `EVALSHA` where the server has no `FUNCTION`) with
     /// `keys` and `args`, by `deadline`. Code the server lacks is loaded and the call made again;
     /// a server found without `FUNCTION` is called with the script from then on. A connection
@@ -395,6 +492,89 @@ impl Shared {
     pub(crate) fn keys_for(&self, layer: usize, key: &str) -> String {
         redis_key(&self.prefix, &self.layers[layer].name, key)
     }
+}
+
+/// The request that found nothing in flight, while its call is out: when it ends (or its
+/// caller drops it), what queued meanwhile is handed to a task that drains the queue.
+struct Lead<'a> {
+    shared: &'a Arc<Shared>,
+    batcher: &'a Arc<Batcher>,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        if !self.batcher.release() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(drain(self.shared.clone(), self.batcher.clone()));
+            }
+            Err(_) => {
+                // No runtime to drain on (it is shutting down): the waiting requests fail now.
+                self.batcher.fail_waiting(&Error::Down("the runtime is shutting down".into()));
+            }
+        }
+    }
+}
+
+/// Send what waits, up to the limiter's batch at a time, until nothing does.
+async fn drain(shared: Arc<Shared>, batcher: Arc<Batcher>) {
+    loop {
+        let batch = batcher.next_batch(shared.max_batch);
+        if batch.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + shared.deadline();
+        let requests: Vec<&Request> = batch.iter().map(|w| &w.request).collect();
+        let replies = shared.send(&requests, deadline).await;
+        for (w, reply) in batch.into_iter().zip(replies) {
+            let _ = w.reply.send(reply);
+        }
+        // The callers just answered are ready to run, and most will submit again at once: let
+        // them queue before the next call goes, or it would carry only what queued during the
+        // round trip and the next one everything else (alternate calls of 1 and of the batch).
+        tokio::task::yield_now().await;
+    }
+}
+
+/// One field of a call's reply.
+enum Field {
+    Value(Value),
+    /// A request's error, from the module's reply.
+    Error(String),
+}
+
+/// The fields of the module's reply (`ratewell_redis_module::encode_reply`): the server's time,
+/// then each field tagged `0` (an integer), `1` (a string) or `2` (an error's text).
+fn module_fields(blob: &[u8]) -> Option<Vec<Field>> {
+    let (now, mut rest) = blob.split_first_chunk::<8>()?;
+    let mut out = vec![Field::Value(Value::Int(i64::from_le_bytes(*now)))];
+    while let Some((&tag, tail)) = rest.split_first() {
+        match tag {
+            0 => {
+                let (v, tail) = tail.split_first_chunk::<8>()?;
+                out.push(Field::Value(Value::Int(i64::from_le_bytes(*v))));
+                rest = tail;
+            }
+            1 | 2 => {
+                let (len, tail) = tail.split_first_chunk::<4>()?;
+                let len = u32::from_le_bytes(*len) as usize;
+                if tail.len() < len {
+                    return None;
+                }
+                let (bytes, tail) = tail.split_at(len);
+                out.push(if tag == 1 {
+                    Field::Value(Value::BulkString(bytes.to_vec()))
+                } else {
+                    Field::Error(String::from_utf8_lossy(bytes).into_owned())
+                });
+                rest = tail;
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 /// The library's arguments as the module's command takes them, in one argument: each as a

@@ -72,6 +72,7 @@ mod batch;
 mod builder;
 mod conn;
 mod error;
+mod failover;
 mod keys;
 mod lease;
 mod limiter;
@@ -83,8 +84,9 @@ mod script;
 mod target;
 mod verdict;
 
-pub use builder::{Builder, Failover};
+pub use builder::Builder;
 pub use error::Error;
+pub use failover::Failover;
 pub use lease::{LeaseMetrics, Leases};
 pub use limiter::RedisLimiter;
 pub use metrics::Metrics;

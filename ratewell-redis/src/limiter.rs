@@ -10,12 +10,11 @@ use ratewell::{Absent, Decision, LayerKey, LayeredDecision, Nanos, Outcome, Poli
 use redis::aio::ConnectionLike;
 
 use crate::batch::Request;
-use crate::builder::{Builder, Failover};
 use crate::conn::{Conn, Shared};
 use crate::error::Error;
+use crate::failover::Failover;
 use crate::keys::slot;
 use crate::metrics::{Metrics, bump};
-use crate::target::{Sentinel, Target};
 use crate::verdict::{Charged, FailoverReason, Receipt, Source, Verdict, parse_reply};
 
 /// A trace's keys live this long after their last decision (ms): a trace's clock is not the
@@ -56,64 +55,6 @@ enum Op {
 }
 
 impl RedisLimiter {
-    /// A builder for a limiter on the server at `url` (`redis://HOST:PORT[/DB]`,
-    /// `rediss://...`, `unix:///path`).
-    pub fn builder(url: &str) -> Builder {
-        let target = redis::Client::open(url)
-            .map(|_| Target::Single(url.to_owned()))
-            .map_err(|e| Error::Url(e.to_string()));
-        Builder::with_target(target)
-    }
-
-    /// A builder for a limiter on the primary that Redis Sentinel names. The sentinels are
-    /// asked in order which server is primary (`SENTINEL get-master-addr-by-name`), and that
-    /// server must say so itself (`ROLE`). When the connection breaks, or the server answers a
-    /// decision as a replica does (`READONLY`: a failover demoted it), the connection counts as
-    /// down (decisions fail, as [`Failover`](crate::Failover) says) and the background probe asks the sentinels
-    /// again, connecting to the new primary. A decision in flight at the failover fails; one
-    /// the old primary applied but had not yet replicated is lost with it (Redis's replication
-    /// is asynchronous), so across a failover the limit can admit up to those charges again.
-    ///
-    /// ```no_run
-    /// use ratewell_redis::{RedisLimiter, Sentinel};
-    ///
-    /// # async fn run() -> Result<(), ratewell_redis::Error> {
-    /// let limiter = RedisLimiter::sentinel_builder(Sentinel {
-    ///     name: "mymaster".into(),
-    ///     sentinels: vec!["redis://10.0.0.5:26379".into(), "redis://10.0.0.6:26379".into()],
-    ///     username: None,
-    ///     password: None,
-    /// })
-    /// .layer("per-client", &"fixed-window limit=100 window=1m".parse().unwrap())
-    /// .build()
-    /// .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn sentinel_builder(sentinel: Sentinel) -> Builder {
-        let target = if sentinel.sentinels.is_empty() {
-            Err(Error::Url("no sentinel given".into()))
-        } else {
-            sentinel
-                .sentinels
-                .iter()
-                .try_for_each(|n| redis::Client::open(n.as_str()).map(drop))
-                .map(|()| Target::Sentinel(sentinel))
-                .map_err(|e| Error::Url(e.to_string()))
-        };
-        Builder::with_target(target)
-    }
-
-    /// A builder for a limiter on a Redis Cluster, given some of its nodes' URLs.
-    pub fn cluster_builder<S: AsRef<str>>(nodes: &[S]) -> Builder {
-        let nodes: Vec<String> = nodes.iter().map(|s| s.as_ref().to_string()).collect();
-        let target = nodes
-            .iter()
-            .try_for_each(|n| redis::Client::open(n.as_str()).map(drop))
-            .map(|()| Target::Cluster(nodes))
-            .map_err(|e| Error::Url(e.to_string()));
-        Builder::with_target(target)
-    }
-
     /// The layers' names, in order.
     pub fn layer_names(&self) -> impl Iterator<Item = &str> {
         self.shared.layers.iter().map(|l| l.name.as_str())

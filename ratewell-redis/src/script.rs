@@ -96,6 +96,14 @@ pub(crate) struct Compiled {
     pub(crate) dry_run: bool,
 }
 
+/// A layer as the limiter keeps it: its name, policy, and the script's arguments for it.
+pub(crate) struct LayerSpec {
+    pub(crate) name: String,
+    pub(crate) policy: Policy,
+    pub(crate) compiled: Compiled,
+    pub(crate) args: Vec<String>,
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);

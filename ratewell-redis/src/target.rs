@@ -1,5 +1,6 @@
 //! Where a limiter connects: one server, a cluster, or the primary that Redis Sentinel names;
-//! with TLS ([`Tls`], feature `tls`) on any of them.
+//! with TLS ([`Tls`], feature `tls`) on any of them; and which of redis-rs's errors say that a
+//! connection failed, or that its TLS did.
 
 use std::time::Duration;
 
@@ -144,6 +145,12 @@ fn without_tls() -> Error {
     Error::Tls("ratewell-redis was built without its `tls` feature".into())
 }
 
+/// Whether `e` says the connection failed (an I/O error, a connection dropped or refused, a
+/// timeout): a server that is down or out of reach, which a reconnect may mend.
+pub(crate) fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
 /// Whether `e` is a TLS failure: a certificate refused on either side, a handshake that failed.
 /// Not a server that is down: a configuration to fix, so a limiter is not built on it.
 pub(crate) fn is_tls_error(e: &RedisError) -> bool {
@@ -218,7 +225,7 @@ pub(crate) async fn resolve_primary(
         let reply = match tokio::time::timeout(wait, asked).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => {
-                if !crate::conn::is_connection_error(&e) || is_tls_error(&e) {
+                if !is_connection_error(&e) || is_tls_error(&e) {
                     fatal.get_or_insert(refused_by(&format!("sentinel {}", redact(sentinel)), &e));
                 } else {
                     last = Some(e);
@@ -271,7 +278,7 @@ pub(crate) async fn resolve_primary(
                     redact(sentinel)
                 )));
             }
-            Ok(Err(e)) if !crate::conn::is_connection_error(&e) || is_tls_error(&e) => {
+            Ok(Err(e)) if !is_connection_error(&e) || is_tls_error(&e) => {
                 let named =
                     format!("the primary {host}:{port} (named by sentinel {})", redact(sentinel));
                 fatal.get_or_insert(refused_by(&named, &e));
