@@ -7,7 +7,7 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::compare::duration;
+use crate::duration::duration;
 
 /// About this many bars across the chart.
 const BARS: u64 = 120;

@@ -3,6 +3,7 @@
 mod bench;
 mod chart;
 mod compare;
+mod duration;
 mod output;
 mod progress;
 mod replay;

@@ -1,4 +1,5 @@
-//! Building a [`RateLimitLayer`]: [`ratewell_http::Builder`]'s settings, and a layer at the end.
+//! Building a [`RateLimitLayer`]: [`RateLimitLayer::builder`] to start,
+//! [`ratewell_http::Builder`]'s settings, and a layer at the end.
 
 use std::net::IpAddr;
 
@@ -16,6 +17,13 @@ pub struct Builder<C: Clock = QuantaClock>(ratewell_http::Builder<C>);
 impl Builder<QuantaClock> {
     pub(crate) fn new() -> Self {
         Builder(ratewell_http::HttpLimiter::builder())
+    }
+}
+
+impl RateLimitLayer<QuantaClock> {
+    /// A builder with no limit yet, on the TSC clock.
+    pub fn builder() -> Builder<QuantaClock> {
+        Builder::new()
     }
 }
 

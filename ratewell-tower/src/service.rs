@@ -14,7 +14,6 @@ use ratewell_http::{Fields, Head, HttpLimiter, Ready, Verdict};
 use tower::{Layer, Service};
 
 use crate::body::ResponseBody;
-use crate::builder::Builder;
 use ratewell_http::Metrics;
 
 /// A [`tower::Layer`] that rate limits every request by one or more [`Limit`](crate::Limit)s.
@@ -47,13 +46,6 @@ impl<C: Clock> Clone for RateLimitLayer<C> {
 impl<C: Clock> fmt::Debug for RateLimitLayer<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer").field("limiter", &self.shared).finish()
-    }
-}
-
-impl RateLimitLayer<QuantaClock> {
-    /// A builder with no limit yet, on the TSC clock.
-    pub fn builder() -> Builder<QuantaClock> {
-        Builder::new()
     }
 }
 
