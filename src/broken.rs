@@ -113,7 +113,7 @@ pub(crate) fn log_under_one_lock(
     decision
 }
 
-/// The rollback of a rejected layered request (`layered.rs`).
+/// The rollback of a rejected layered request (`layered/limiter.rs`).
 ///
 /// - `no_refund`: the layers that admitted before the rejecting one keep their charges.
 pub(crate) fn refund_taken(
@@ -124,6 +124,6 @@ pub(crate) fn refund_taken(
     if cfg!(ratewell_broken = "no_refund") {
         receipts.iter_mut().for_each(|r| *r = None);
     } else {
-        crate::layered::refund_taken(layers, receipts, now)
+        crate::layered::limiter::refund_taken(layers, receipts, now)
     }
 }
