@@ -6,7 +6,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::thread;
 
-use ratewell::{KeyedLimiter, ManualClock, Policy, Prehashed};
+use ratewell::{KeyedLimiter, ManualClock, Parameters, Policy, Prehashed};
 
 /// Requests whose buckets are fetched together.
 const GROUP: usize = KeyedLimiter::<u32, ManualClock>::BATCH_GROUP;
@@ -84,22 +84,31 @@ fn derived(limit: &str, burst: Option<u32>) -> Result<(Vec<Entry>, Vec<String>),
     if b == 0 {
         return Err("--burst: expected an integer from 1 to 4294967295".into());
     }
-    let specs = [
-        format!("token-bucket capacity={b} rate={n}/{w}"),
-        format!("token-bucket capacity={b} refill={n} every={w}"),
-        format!("leaky-bucket rate={n}/{w} burst={} nodelay", b - 1),
-        format!("leaky-bucket rate={n}/{w} burst={}", b - 1),
-        format!("fixed-window limit={n} window={w}"),
-        format!("sliding-window limit={n} window={w}"),
-        format!("sliding-log limit={n} window={w}"),
+    // The window's limit and span, and the burst: each algorithm's policy built from them.
+    let (limit, span, b) = (n as u32, window.window_ns(), b as u32);
+    let leaky = |delay| Parameters::LeakyBucket {
+        count: limit,
+        period_ns: span,
+        burst: b - 1,
+        delay,
+        nginx: false,
+    };
+    let params = [
+        Parameters::TokenBucket { capacity: b, count: limit, period_ns: span },
+        Parameters::DiscreteFill { capacity: b, refill: limit, every_ns: span },
+        leaky(None),
+        leaky(Some(0)),
+        Parameters::FixedWindow { limit, window_ns: span, align_first: false },
+        Parameters::SlidingWindow { limit, window_ns: span },
+        Parameters::SlidingLog { limit, window_ns: span },
     ];
     let (mut entries, mut skipped) = (Vec::new(), Vec::new());
-    for spec in specs {
-        match spec.parse::<Policy>() {
-            Ok(policy) => entries.push(Entry { policy, span_ns: window.window_ns(), limit: n }),
+    for params in params {
+        match Policy::new(params) {
+            Ok(policy) => entries.push(Entry { policy, span_ns: span, limit: n }),
             // Not every algorithm holds every limit exactly (e.g. a sliding log keeps at most
             // 65,536 entries): compare the others and say which one is missing and why.
-            Err(e) => skipped.push(format!("{spec}: {e}")),
+            Err(e) => skipped.push(format!("{params}: {e}")),
         }
     }
     Ok((entries, skipped))

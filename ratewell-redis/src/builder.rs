@@ -297,45 +297,71 @@ pub(crate) fn divide(policy: &Policy, instances: u32) -> Result<Policy, Error> {
     let div = |v: u32| (v / n).max(1);
     let period = |p: u64| p.checked_mul(u64::from(n)).filter(|&p| p < 1 << 63);
     let bad = || Error::Failover(format!("`{policy}` divided by {n} instances overflows"));
-    let spec = match policy.parameters() {
-        Parameters::TokenBucket { capacity, count, period_ns } => format!(
-            "token-bucket capacity={} rate={count}/{}ns",
-            div(capacity),
-            period(period_ns).ok_or_else(bad)?
-        ),
-        Parameters::DiscreteFill { capacity, refill, every_ns } => format!(
-            "token-bucket capacity={} refill={refill} every={}ns",
-            div(capacity).max(refill.min(capacity)),
-            period(every_ns).ok_or_else(bad)?
-        ),
+    let divided = match policy.parameters() {
+        Parameters::TokenBucket { capacity, count, period_ns } => Parameters::TokenBucket {
+            capacity: div(capacity),
+            count,
+            period_ns: period(period_ns).ok_or_else(bad)?,
+        },
+        Parameters::DiscreteFill { capacity, refill, every_ns } => Parameters::DiscreteFill {
+            capacity: div(capacity).max(refill.min(capacity)),
+            refill,
+            every_ns: period(every_ns).ok_or_else(bad)?,
+        },
         Parameters::LeakyBucket { count, period_ns, burst, delay, nginx } => {
-            let mut s = format!(
-                "leaky-bucket rate={count}/{}ns burst={}",
-                period(period_ns).ok_or_else(bad)?,
-                burst / n
-            );
-            match delay {
-                None => s.push_str(" nodelay"),
-                Some(d) => s.push_str(&format!(" delay={}", d / n)),
+            Parameters::LeakyBucket {
+                count,
+                period_ns: period(period_ns).ok_or_else(bad)?,
+                burst: burst / n,
+                delay: delay.map(|d| d / n),
+                nginx,
             }
-            if nginx {
-                s.push_str(" compat=nginx");
-            }
-            s
         }
-        Parameters::FixedWindow { limit, window_ns, align_first } => format!(
-            "fixed-window limit={} window={window_ns}ns align={}",
-            div(limit),
-            if align_first { "first" } else { "clock" }
-        ),
+        Parameters::FixedWindow { limit, window_ns, align_first } => {
+            Parameters::FixedWindow { limit: div(limit), window_ns, align_first }
+        }
         Parameters::SlidingWindow { limit, window_ns } => {
-            format!("sliding-window limit={} window={window_ns}ns", div(limit))
+            Parameters::SlidingWindow { limit: div(limit), window_ns }
         }
         Parameters::SlidingLog { limit, window_ns } => {
-            format!("sliding-log limit={} window={window_ns}ns", div(limit))
+            Parameters::SlidingLog { limit: div(limit), window_ns }
         }
         other => return Err(Error::Failover(format!("cannot divide {other:?}"))),
     };
-    let divided: Policy = spec.parse().map_err(|e| Error::Failover(format!("{spec}: {e}")))?;
+    let divided = Policy::new(divided)
+        .map_err(|e| Error::Failover(format!("`{policy}` divided by {n} instances: {e}")))?;
     Ok(divided.with_dry_run(policy.is_dry_run()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each algorithm divided among 4 instances, against the policy written out by hand.
+    #[test]
+    fn divide_splits_limits_and_stretches_rates() {
+        for (policy, divided) in [
+            ("token-bucket capacity=100 rate=10/s", "token-bucket capacity=25 rate=10/4s"),
+            ("token-bucket capacity=3 rate=1/m", "token-bucket capacity=1 rate=1/4m"),
+            (
+                "token-bucket capacity=100 refill=10 every=1s",
+                "token-bucket capacity=25 refill=10 every=4s",
+            ),
+            ("leaky-bucket rate=10/s burst=8 delay=4", "leaky-bucket rate=10/4s burst=2 delay=1"),
+            ("leaky-bucket rate=10/s burst=3 nodelay", "leaky-bucket rate=10/4s burst=0 nodelay"),
+            (
+                "fixed-window limit=1000 window=1h align=first dry-run",
+                "fixed-window limit=250 window=1h align=first dry-run",
+            ),
+            ("sliding-window limit=2 window=1s", "sliding-window limit=1 window=1s"),
+            ("sliding-log limit=100 window=1m", "sliding-log limit=25 window=1m"),
+        ] {
+            let p: Policy = policy.parse().unwrap();
+            assert_eq!(divide(&p, 4).unwrap().to_string(), divided, "{policy}");
+            assert_eq!(divide(&p, 1).unwrap(), p, "{policy}");
+        }
+        // Four times the period is past what a bucket can hold exactly.
+        let p: Policy = "token-bucket capacity=1 rate=1/10000d".parse().unwrap();
+        assert!(matches!(divide(&p, 4), Err(Error::Failover(_))));
+    }
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
-use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Policy, PolicyId, Resume};
+use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Parameters, Policy, PolicyId, Resume};
 
 use crate::config::RateLimitConfig;
 use crate::proto::{Entry, Unit};
@@ -69,15 +69,17 @@ impl Quota {
         if self.requests_per_unit == 0 {
             return None;
         }
-        let text = format!("fixed-window limit={} window={seconds}s", self.requests_per_unit);
-        text.parse().ok()
+        let window_ns = seconds.checked_mul(1_000_000_000)?;
+        let limit = self.requests_per_unit;
+        Policy::new(Parameters::FixedWindow { limit, window_ns, align_first: false }).ok()
     }
 }
 
 /// The one policy every fixed window of `seconds` is decided on, at each limit's own
 /// `requests_per_unit` ([`KeyedLimiter::take_within`]).
 pub fn window_policy(seconds: u64) -> Option<Policy> {
-    format!("fixed-window limit={} window={seconds}s", u32::MAX).parse().ok()
+    let window_ns = seconds.checked_mul(1_000_000_000)?;
+    Policy::new(Parameters::FixedWindow { limit: u32::MAX, window_ns, align_first: false }).ok()
 }
 
 /// A policy registered with the table, released when the last configuration (or override
