@@ -7,11 +7,13 @@
 //!     --policy 'token-bucket capacity=20 rate=10/s'
 //! ```
 //!
-//! See `--help` for every option.
+//! See `--help` for every option. `--metrics ADDR` serves Prometheus metrics with the
+//! `prometheus` feature (`--features prometheus`); without it, the option is refused.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+#[cfg(feature = "prometheus")]
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,7 +26,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+#[cfg(feature = "prometheus")]
 use prometheus_client::encoding::prometheus_text;
+#[cfg(feature = "prometheus")]
 use prometheus_client::registry::Registry;
 use ratewell_tower::{
     Absent, BuildError, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies,
@@ -270,6 +274,7 @@ async fn forward(
 }
 
 /// `GET /metrics`: the registry in Prometheus's text format; anything else 404.
+#[cfg(feature = "prometheus")]
 async fn serve_metrics(listener: tokio::net::TcpListener, registry: Arc<Registry>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
@@ -335,6 +340,14 @@ async fn main() -> ExitCode {
         }
     };
     let local = listener.local_addr().expect("a bound listener has an address");
+    #[cfg(not(feature = "prometheus"))]
+    if options.metrics.is_some() {
+        eprintln!(
+            "proxy: --metrics needs the prometheus feature (cargo run -p ratewell-tower \
+             --features prometheus --example proxy)"
+        );
+        return ExitCode::from(2);
+    }
     let metrics = match &options.metrics {
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => Some(l),
@@ -346,6 +359,7 @@ async fn main() -> ExitCode {
         None => None,
     };
     println!("listening on {local}");
+    #[cfg(feature = "prometheus")]
     if let Some(metrics) = metrics {
         let at = metrics.local_addr().expect("a bound listener has an address");
         println!("metrics on {at}");
@@ -353,6 +367,8 @@ async fn main() -> ExitCode {
         registry.register_collector(Box::new(limit.collector()));
         tokio::spawn(serve_metrics(metrics, Arc::new(registry)));
     }
+    #[cfg(not(feature = "prometheus"))]
+    let _: Option<tokio::net::TcpListener> = metrics;
     let client: Client<HttpConnector, Incoming> =
         Client::builder(TokioExecutor::new()).build_http();
     if let Some(path) = options.state.clone() {

@@ -18,9 +18,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 
-/// The example's binary, built (once per test run) with the `prometheus` feature it requires:
-/// `cargo test` builds no example whose required features are off, so this builds it, next to
-/// the tests' directory, and a binary left by an earlier build is never used stale.
+/// The example's binary, built (once per test run) with the `prometheus` feature its `--metrics`
+/// needs (`cargo test` builds examples with the test run's features), next to the tests'
+/// directory, so a binary left by an earlier build is never used stale.
 fn proxy_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
