@@ -1,5 +1,18 @@
 //! Per-key limiting: a bounded table of per-key states, per-key policy overrides, run-time policy
 //! changes, and metrics.
+//!
+//! [`KeyedLimiter`]'s API, one concern per file:
+//!
+//! - this file: the limiter, building it, and deciding one key (`check`, `allow`, `peek_n`, and
+//!   the crate's paths by hash);
+//! - `batch.rs`: deciding keys out of cache (`check_batch`, `allow_batch`, `prehash`);
+//! - `policies.rs`: its policies (`set_policy`, the overrides, `register` and `release`);
+//! - `registered.rs`: deciding under a registered policy (`check_with`, `take_with`,
+//!   `take_within`, `peek_with`) and refunding its charges;
+//! - `admin.rs`: forgetting keys, capacity, memory and metrics;
+//! - `snapshot.rs`: snapshots and restores;
+//! - `values.rs`: the values its methods take and return ([`PolicyId`], [`Charge`],
+//!   [`Prehashed`], [`Metrics`]).
 
 mod counts;
 mod ip;
@@ -9,6 +22,12 @@ pub(crate) mod table;
 #[macro_use]
 mod store;
 mod snapshot;
+// After `store`: they use its `with_store!`.
+mod admin;
+mod batch;
+mod policies;
+mod registered;
+mod values;
 
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -18,17 +37,18 @@ use crossbeam_utils::CachePadded;
 
 pub use self::ip::{IpKey, IpPrefixes};
 pub use self::table::{CapacityError, OnFull};
+pub use self::values::{Charge, Metrics, PolicyId, Prehashed};
 
 use self::counts::Counts;
 use self::log_table::LogTable;
-use self::registry::{Locked, Pinned, Policies, Registry, Within};
-use self::store::{Backend, batch_in};
+use self::registry::Registry;
+use self::store::Backend;
 pub(crate) use self::store::{GROUP, Receipt, Store, shard_count};
 use self::table::{MAX_CAPACITY, Table};
 use crate::cas::{Charged, Report, Taken};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
-use crate::policy::{Policy, PolicyError};
+use crate::policy::Policy;
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -96,68 +116,6 @@ impl<K: Hash + ?Sized, C: Clock + std::fmt::Debug> std::fmt::Debug for KeyedLimi
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
-}
-
-/// A policy registered with a keyed limiter ([`KeyedLimiter::register`]), for decisions that
-/// name their policy per call ([`KeyedLimiter::check_with`]). Not `Clone`: it is handed back
-/// once, to [`KeyedLimiter::release`].
-#[derive(Debug, PartialEq, Eq)]
-pub struct PolicyId {
-    idx: u8,
-    word: u32,
-    /// Which limiter registered it (the address of its registry's slots, stable for its life).
-    owner: usize,
-}
-
-/// An admission made by [`KeyedLimiter::take_with`], which [`KeyedLimiter::refund`] takes
-/// back: what several decisions that stand or fall together need when a later one rejects.
-#[derive(Debug, PartialEq, Eq)]
-#[must_use = "an admission is kept unless refunded; drop the charge to keep it"]
-pub struct Charge {
-    receipt: Receipt,
-    owner: usize,
-}
-
-/// A key hashed by [`KeyedLimiter::prehash`], its bucket on its way into the cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prehashed {
-    hash: u64,
-}
-
-/// Counters of a keyed limiter. Reading them sums per-shard and per-thread cells; updating them
-/// writes no line shared between threads (see [`KeyedLimiter::metrics`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Metrics {
-    /// Keys holding state now.
-    pub keys: u64,
-    /// Keys the table can hold.
-    pub capacity: u64,
-    /// Keys dropped because their state was indistinguishable from a fresh key's (no decision
-    /// changed).
-    pub reclaims: u64,
-    /// Live keys evicted to make room (each may have been granted extra capacity).
-    pub evictions: u64,
-    /// New keys refused because every candidate slot was live (with [`OnFull::Refuse`]).
-    pub refused: u64,
-    /// New keys placed by moving keys already present to their other candidate bucket (no
-    /// decision changes: a moved key keeps its state).
-    pub relocations: u64,
-    /// Keys moved by those relocations (a relocation may move a chain of keys).
-    pub moves: u64,
-    /// Whether the kernel took the advice to back the table with transparent huge pages
-    /// (Linux `madvise(MADV_HUGEPAGE)`, asked for the whole 2 MiB pages of a table's memory;
-    /// whether it then finds huge pages is the kernel's: `AnonHugePages` in
-    /// `/proc/self/smaps`).
-    pub huge_pages: bool,
-    /// Admitted decisions (`check`, not `peek`).
-    pub admitted: u64,
-    /// Rejected and impossible decisions (`check`, not `peek`).
-    pub rejected: u64,
-    /// Admissions taken back by a [`LayeredLimiter`](crate::LayeredLimiter) (another layer
-    /// rejected the request, or a reservation was cancelled) on a key that still held them (not
-    /// evicted, reset or moved to another policy since); they stay counted in `admitted`.
-    pub refunds: u64,
 }
 
 impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
@@ -406,488 +364,6 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let now = self.floor.now(&self.clock);
         with_store!(self, store => store.decide::<R, _>(&self.registry, hash, now, cost))
-    }
-
-    /// Decide a batch of requests `(key, cost)` in order, and write one decision per request
-    /// into `out` (cleared first; reuse it from batch to batch and it allocates once): the
-    /// same decisions, state and metrics as [`check_n`](Self::check_n) on each request in
-    /// slice order, a key repeated in the batch included, except that the whole batch is
-    /// decided at one instant (the clock is read once).
-    ///
-    /// Faster than one call per request when the keys are not in cache (a table of millions of
-    /// keys): requests are taken in groups of [`BATCH_GROUP`](Self::BATCH_GROUP), and each
-    /// group's keys are hashed and their buckets prefetched before the first is looked up, so
-    /// that the group's memory accesses overlap instead of each waiting for the one before (see
-    /// `benches/README.md`, *Batches*).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let policy: Policy = "fixed-window limit=2 window=1m".parse()?;
-    /// let limiter = KeyedLimiter::with_clock(&policy, 10_000, ManualClock::new(0));
-    /// let mut decisions = Vec::new();
-    /// limiter.check_batch(&[("alice", 1), ("bob", 1), ("alice", 1), ("alice", 1)], &mut decisions);
-    /// let admitted: Vec<bool> = decisions.iter().map(|d| d.is_admitted()).collect();
-    /// assert_eq!(admitted, [true, true, true, false]);
-    /// assert_eq!(decisions[2].remaining(), 0);
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn check_batch(&self, requests: &[(&K, u32)], out: &mut Vec<Decision>) {
-        out.clear();
-        out.reserve(requests.len());
-        self.batch::<Decision>(requests, |d| {
-            self.counts.record(d.is_admitted());
-            out.push(d);
-        });
-    }
-
-    /// [`check_batch`](Self::check_batch) on the lean path of [`allow_n`](Self::allow_n):
-    /// whether each request is admitted (taking it if so), into `out` (cleared first).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let policy: Policy = "token-bucket capacity=3 rate=1/h".parse()?;
-    /// let limiter = KeyedLimiter::<u64, _>::with_clock(&policy, 10_000, ManualClock::new(0));
-    /// let requests: Vec<(&u64, u32)> = [7, 8, 7].iter().map(|k| (k, 2)).collect();
-    /// let mut admitted = Vec::new();
-    /// limiter.allow_batch(&requests, &mut admitted);
-    /// assert_eq!(admitted, [true, true, false]); // key 7 had 3, then 1 left
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn allow_batch(&self, requests: &[(&K, u32)], out: &mut Vec<bool>) {
-        out.clear();
-        out.reserve(requests.len());
-        self.batch::<bool>(requests, |admitted| {
-            self.counts.record(admitted);
-            out.push(admitted);
-        });
-    }
-
-    /// Requests a batch is taken in: hashed and prefetched together, then decided in order.
-    /// Chosen by measurement (`benches/README.md`, *Batches*): enough misses in flight to cover
-    /// a DRAM access, few enough that the first bucket is still in cache when it is scanned.
-    pub const BATCH_GROUP: usize = GROUP;
-
-    /// Hash `key` and start fetching its bucket, for a decision a little later
-    /// ([`check_prehashed`](Self::check_prehashed)): manual pipelining, for a caller that
-    /// cannot hand its requests over as one batch (one that must do other work between
-    /// decisions, such as setting a [`ManualClock`](crate::ManualClock) per request). Prehash
-    /// the next few keys (about [`BATCH_GROUP`](Self::BATCH_GROUP)) before deciding the current
-    /// one.
-    ///
-    /// A [`Prehashed`] names its key only in the limiter that made it: in another limiter it
-    /// decides for an unrelated key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let policy: Policy = "fixed-window limit=1 window=1m".parse()?;
-    /// let limiter = KeyedLimiter::with_clock(&policy, 10_000, ManualClock::new(0));
-    /// let ahead: Vec<_> = ["a", "b", "a"].into_iter().map(|k| limiter.prehash(k)).collect();
-    /// let admitted: Vec<bool> = ahead.iter().map(|&p| limiter.allow_prehashed(p, 1)).collect();
-    /// assert_eq!(admitted, [true, true, false]);
-    /// assert_eq!(ahead[0], limiter.prehash("a"));
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    #[inline]
-    pub fn prehash(&self, key: &K) -> Prehashed {
-        let hash = self.hasher.hash_one(key);
-        with_store!(self, store => store.prefetch(hash));
-        Prehashed { hash }
-    }
-
-    /// [`check_n`](Self::check_n) for the key of a [`Prehashed`] from [`prehash`](Self::prehash).
-    #[inline]
-    pub fn check_prehashed(&self, key: Prehashed, cost: u32) -> Decision {
-        let now = self.floor.now(&self.clock);
-        let decision = with_store!(self, store => store.decide::<Decision, _>(&self.registry, key.hash, now, cost.max(1)));
-        self.counts.record(decision.is_admitted());
-        decision
-    }
-
-    /// [`allow_n`](Self::allow_n) for the key of a [`Prehashed`] from [`prehash`](Self::prehash).
-    #[inline]
-    pub fn allow_prehashed(&self, key: Prehashed, cost: u32) -> bool {
-        let now = self.floor.now(&self.clock);
-        let admitted = with_store!(self, store => store.decide::<bool, _>(&self.registry, key.hash, now, cost.max(1)));
-        self.counts.record(admitted);
-        admitted
-    }
-
-    /// The batch protocol of [`check_batch`](Self::check_batch), reports to `each` in order.
-    #[inline]
-    fn batch<R: Report>(&self, requests: &[(&K, u32)], each: impl FnMut(R)) {
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => batch_in(store, &self.registry, &self.hasher, requests, now, each))
-    }
-
-    /// Forget `key`: its next request is decided as a fresh key's. Returns whether it was present.
-    pub fn reset(&self, key: &K) -> bool {
-        let hash = self.hasher.hash_one(key);
-        with_store!(self, store => store.reset(hash))
-    }
-
-    /// Drop every key whose state is indistinguishable from a fresh key's now (no later decision
-    /// changes); returns how many. The table also does this by itself whenever a new key needs
-    /// one of their slots.
-    pub fn reclaim_fresh(&self) -> u64 {
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => store.reclaim_fresh(&self.registry, now))
-    }
-
-    /// Replace the policy of every key without an override. Each key present keeps what it
-    /// consumed: at its next decision its state is converted to the new policy
-    /// ([`Policy`]'s limit less what remained under the old one, in whole units, rounded
-    /// against the key, is taken from a fresh state of the new policy at that instant). So a new
-    /// rate or capacity on the same algorithm keeps the consumed part, and an exhausted key
-    /// stays exhausted under a policy no larger; across algorithms the same rule applies, and a
-    /// window or refill schedule restarts at the conversion. A sliding log keeps its log.
-    ///
-    /// Fails if the policy's kind differs (a sliding log and the one-word algorithms do not share
-    /// a table), or if 255 distinct policies are in use at once (the default and the overrides).
-    /// Policies no longer in use free their slots for later ones: there is no limit on how many
-    /// times a limiter's policies change.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let limiter = KeyedLimiter::<str, _>::with_clock(&"token-bucket capacity=10 rate=1/h".parse()?, 100, ManualClock::new(0));
-    /// assert!(limiter.check_n("k", 10).is_admitted()); // exhausted
-    /// limiter.set_policy(&"token-bucket capacity=14 rate=1/h".parse()?)?;
-    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 4); // 10 consumed of 14, not a fresh 14
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn set_policy(&self, policy: &Policy) -> Result<(), PolicyError> {
-        self.registry.set_default(policy, &|locked| self.sweep(locked))
-    }
-
-    /// Give `key` its own policy (a premium API key, an internal service). A key present keeps
-    /// what it consumed (see [`set_policy`](Self::set_policy)).
-    pub fn set_override(&self, key: &K, policy: &Policy) -> Result<(), PolicyError> {
-        let hash = self.hasher.hash_one(key);
-        self.registry.set_override(self.fingerprint(hash), Some(policy), &|l| self.sweep(l))?;
-        self.migrate(hash);
-        Ok(())
-    }
-
-    /// Return `key` to the limiter's policy, keeping what it consumed.
-    pub fn clear_override(&self, key: &K) {
-        let hash = self.hasher.hash_one(key);
-        // Clearing cannot fail: it registers nothing.
-        let _ = self.registry.set_override(self.fingerprint(hash), None, &|l| self.sweep(l));
-        self.migrate(hash);
-    }
-
-    /// The policy `key` is decided under: its override, or the limiter's policy.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, Policy};
-    ///
-    /// let limiter = KeyedLimiter::<str>::new(&"fixed-window limit=10 window=1m".parse()?, 100);
-    /// let premium: Policy = "fixed-window limit=1000 window=1m".parse()?;
-    /// limiter.set_override("vip", &premium)?;
-    /// assert_eq!(limiter.policy_of("vip"), premium);
-    /// assert_eq!(limiter.policy_of("anyone"), limiter.policy());
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn policy_of(&self, key: &K) -> Policy {
-        let hash = self.hasher.hash_one(key);
-        let (idx, _) = self.registry.resolve(self.fingerprint(hash));
-        self.registry.policy(idx).clone()
-    }
-
-    fn fingerprint(&self, hash: u64) -> u64 {
-        with_store!(self, store => store.fingerprint(hash))
-    }
-
-    /// Move the key to the policy it resolves to now, keeping what it consumed.
-    fn migrate(&self, hash: u64) {
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => store.migrate(&self.registry, hash, now))
-    }
-
-    /// Convert every key stored under a retired policy slot (under the registry's lock).
-    fn sweep(&self, policies: &Locked<'_>) {
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => store.sweep(policies, now))
-    }
-
-    /// The policy of keys without an override.
-    pub fn policy(&self) -> Policy {
-        self.registry.default_policy().clone()
-    }
-
-    /// Keys the table can hold (the configured capacity rounded up to whole buckets).
-    pub fn capacity(&self) -> u64 {
-        with_store!(self, store => store.capacity())
-    }
-
-    /// Bytes of per-key storage: for the one-word algorithms, 16 bytes a key, allocated up front
-    /// (plus a fixed overhead of a few KiB); for the sliding log, what is allocated now for its
-    /// keys (a node and an index entry, about 80 bytes) and their logs (16 bytes an entry), which
-    /// grows with use up to the capacity in keys and the limit in entries per key, and never
-    /// beyond.
-    pub fn memory_bytes(&self) -> u64 {
-        with_store!(self, store => store.memory_bytes())
-    }
-
-    /// The counters. Cheap to update: table counters are per shard and written only under the
-    /// shard's insert lock; admitted/rejected are per-thread cells.
-    pub fn metrics(&self) -> Metrics {
-        let stats = with_store!(self, store => store.stats());
-        let (admitted, rejected) = self.counts.sum();
-        Metrics {
-            keys: stats.len,
-            capacity: self.capacity(),
-            reclaims: stats.reclaims,
-            evictions: stats.evictions,
-            refused: stats.refused,
-            relocations: stats.relocations,
-            moves: stats.moves,
-            huge_pages: stats.huge_pages,
-            admitted,
-            rejected,
-            refunds: self.refunds.load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-
-    /// Register `policy` for decisions that name it per call, and return its id: the way to
-    /// decide keys of one table under many policies chosen per request (a rate limit service
-    /// whose rules each carry their own limit). Registering a policy registered already returns
-    /// the same slot again; each id is handed back once to [`release`](Self::release).
-    ///
-    /// A key decided under a policy other than the one it is stored under is first converted to
-    /// it, keeping what it consumed, as [`set_policy`](Self::set_policy) converts keys: a rule
-    /// whose limit changes does not hand its keys a fresh budget. The registered policies, the
-    /// default and the overrides share the limiter's 255 slots; fails when they are taken, or if
-    /// the policy's kind differs from the limiter's (a sliding log and the one-word algorithms
-    /// do not share a table).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
-    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
-    /// let per_minute = limiter.register(&p("fixed-window limit=3 window=1m"))?;
-    /// let per_hour = limiter.register(&p("fixed-window limit=100 window=1h"))?;
-    /// assert_eq!(limiter.check_with("alice", &per_minute, 3).remaining(), 0);
-    /// assert!(!limiter.check_with("alice", &per_minute, 1).is_admitted());
-    /// assert_eq!(limiter.check_with("bob", &per_hour, 1).remaining(), 99);
-    /// limiter.release(per_minute);
-    /// limiter.release(per_hour);
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn register(&self, policy: &Policy) -> Result<PolicyId, PolicyError> {
-        let (idx, word) = self.registry.pin(policy, &|locked| self.sweep(locked))?;
-        Ok(PolicyId { idx, word, owner: self.owner() })
-    }
-
-    /// Hand back an id from [`register`](Self::register). Once every id of a policy is
-    /// released, its slot is retired: keys stored under it are converted to the policy they are
-    /// next decided under, and the slot is reused when the limiter needs one.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    pub fn release(&self, id: PolicyId) {
-        self.check_owner(id.owner);
-        self.registry.unpin(id.idx);
-    }
-
-    /// The policy `id` stands for.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    pub fn policy_of_id(&self, id: &PolicyId) -> Policy {
-        self.check_owner(id.owner);
-        self.registry.policy(id.idx).clone()
-    }
-
-    /// Decide a request of `cost` for `key` under the registered policy `id` (rather than the
-    /// key's own), and take it if admitted. `cost` 0 is treated as 1.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    #[inline]
-    pub fn check_with(&self, key: &K, id: &PolicyId, cost: u32) -> Decision {
-        self.take_with_inner(key, id, cost, |taken, _| taken.decision)
-    }
-
-    /// [`check_with`](Self::check_with), and if admitted the [`Charge`] that
-    /// [`refund`](Self::refund) takes back: for decisions on several keys that stand or fall
-    /// together (charge each in turn; if one rejects, refund the ones before it).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
-    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
-    /// let id = limiter.register(&p("fixed-window limit=5 window=1m"))?;
-    /// let (decision, charge) = limiter.take_with("route", &id, 2);
-    /// assert_eq!(decision.remaining(), 3);
-    /// // Another limit of the same request rejected it: take the charge back.
-    /// limiter.refund(charge.expect("admitted"));
-    /// assert_eq!(limiter.peek_with("route", &id, 1).remaining(), 5);
-    /// # limiter.release(id);
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    #[inline]
-    pub fn take_with(&self, key: &K, id: &PolicyId, cost: u32) -> (Decision, Option<Charge>) {
-        let owner = self.owner();
-        self.take_with_inner(key, id, cost, |taken, hash| {
-            let receipt = Receipt::of(hash, taken.idx, taken.charge, cost.max(1));
-            (taken.decision, receipt.map(|receipt| Charge { receipt, owner }))
-        })
-    }
-
-    #[inline]
-    fn take_with_inner<R>(
-        &self,
-        key: &K,
-        id: &PolicyId,
-        cost: u32,
-        report: impl FnOnce(Taken, u64) -> R,
-    ) -> R {
-        self.check_owner(id.owner);
-        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
-        let hash = self.hasher.hash_one(key);
-        let now = self.floor.now(&self.clock);
-        let taken: Taken =
-            with_store!(self, store => store.decide::<Taken, _>(&pinned, hash, now, cost.max(1)));
-        self.counts.record(taken.decision.is_admitted());
-        report(taken, hash)
-    }
-
-    /// [`take_with`](Self::take_with) under the registered fixed window `id` with its limit
-    /// lowered to `limit` for this call: admitted iff the key's count in the current window plus
-    /// `cost` is at most `limit`, and the [`Decision`] reports `limit` as its limit.
-    ///
-    /// So one registered window decides keys whose limits are chosen per call, as many distinct
-    /// limits as there are keys, with no slot for each: register the window at the widest limit
-    /// the calls may name (`fixed-window limit=4294967295 window=1m`), and pass each key's own.
-    /// The key's state is the registered window's, whatever the limit: a call at another limit
-    /// (a configuration reloaded) reads the same count, a count above the call's limit reads as a
-    /// full window, [`refund`](Self::refund) and snapshots work as for
-    /// [`take_with`](Self::take_with). Call after call on one key, the limit may change.
-    ///
-    /// A `limit` above the window's own is the window's. Under a policy that is not a fixed
-    /// window (whose state's meaning depends on its limit), `limit` is not applied: the call is
-    /// [`take_with`](Self::take_with)'s. `cost` 0 is treated as 1.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let p = |s: &str| s.parse::<Policy>().expect("a valid policy");
-    /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
-    /// let per_minute = limiter.register(&p("fixed-window limit=4294967295 window=1m"))?;
-    /// // Two tenants, two limits, one registered window.
-    /// let (d, _) = limiter.take_within("tenant-a", &per_minute, 3, 3);
-    /// assert_eq!((d.is_admitted(), d.limit(), d.remaining()), (true, 3, 0));
-    /// assert!(!limiter.take_within("tenant-a", &per_minute, 1, 3).0.is_admitted());
-    /// let (d, charge) = limiter.take_within("tenant-b", &per_minute, 3, 1_000);
-    /// assert_eq!(d.remaining(), 997);
-    /// limiter.refund(charge.expect("admitted"));
-    /// assert_eq!(limiter.peek_within("tenant-b", &per_minute, 1, 1_000).remaining(), 1_000);
-    /// # limiter.release(per_minute);
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    #[inline]
-    pub fn take_within(
-        &self,
-        key: &K,
-        id: &PolicyId,
-        cost: u32,
-        limit: u32,
-    ) -> (Decision, Option<Charge>) {
-        self.check_owner(id.owner);
-        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
-        let Some(within) = self.within(pinned, limit) else { return self.take_with(key, id, cost) };
-        let hash = self.hasher.hash_one(key);
-        let now = self.floor.now(&self.clock);
-        let taken: Taken =
-            with_store!(self, store => store.decide::<Taken, _>(&within, hash, now, cost.max(1)));
-        self.counts.record(taken.decision.is_admitted());
-        let receipt = Receipt::of(hash, taken.idx, taken.charge, cost.max(1));
-        (taken.decision, receipt.map(|receipt| Charge { receipt, owner: self.owner() }))
-    }
-
-    /// [`peek_with`](Self::peek_with) at a limit of `limit` for this call, as
-    /// [`take_within`](Self::take_within) decides: the key's state as it is, taking nothing.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    pub fn peek_within(&self, key: &K, id: &PolicyId, cost: u32, limit: u32) -> Decision {
-        self.check_owner(id.owner);
-        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
-        let Some(within) = self.within(pinned, limit) else { return self.peek_with(key, id, cost) };
-        let hash = self.hasher.hash_one(key);
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => store.peek(&within, hash, now, cost.max(1)))
-    }
-
-    /// The pinned slot's policy at `limit`, if it is a fixed window.
-    #[inline]
-    fn within<'a>(&self, pinned: Pinned<'a>, limit: u32) -> Option<Within<'a>> {
-        let algorithm = pinned.registry.algorithm(pinned.idx)?.within(limit)?;
-        Some(Within { pinned, algorithm })
-    }
-
-    /// [`peek_n`](Self::peek_n) under the registered policy `id`: the key's state as it is,
-    /// taking nothing. A key stored under another policy is converted to `id`'s first, as the
-    /// next [`check_with`](Self::check_with) would.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    pub fn peek_with(&self, key: &K, id: &PolicyId, cost: u32) -> Decision {
-        self.check_owner(id.owner);
-        let pinned = Pinned { registry: &self.registry, idx: id.idx, word: id.word };
-        let hash = self.hasher.hash_one(key);
-        let now = self.floor.now(&self.clock);
-        with_store!(self, store => store.peek(&pinned, hash, now, cost.max(1)))
-    }
-
-    /// Take back an admission made by [`take_with`](Self::take_with) (counted in
-    /// [`Metrics::refunds`]). Right after its charge this restores the key's state exactly;
-    /// later it gives back what of the charge is still outstanding, never more (see
-    /// `SEMANTICS.md`, *Layered limits*). A key evicted, reset or moved to another policy since
-    /// has nothing to take back.
-    ///
-    /// # Panics
-    ///
-    /// If `charge` was taken from another limiter.
-    pub fn refund(&self, charge: Charge) {
-        self.check_owner(charge.owner);
-        let now = self.floor.now(&self.clock);
-        self.refund_at(&charge.receipt, now);
     }
 
     /// Which limiter this is, for its ids and charges.
