@@ -321,8 +321,6 @@ impl Server<'_> {
         unsafe { (self.api.create_string)(self.ctx, bytes.as_ptr().cast(), bytes.len()) }
     }
 
-    /// Move the open key's expiry to `now + ttl_ms` if it expires earlier (or never), and
-    /// return the absolute expiry it has then (ms since the epoch).
     /// Note a stored state for replication.
     fn note_stored(&mut self, key: usize, value: &[u8], at: c_longlong) {
         self.applied.push(key);
@@ -331,8 +329,15 @@ impl Server<'_> {
         self.effects.extend_from_slice(&(at as f64).to_le_bytes());
     }
 
+    /// `now + ttl_ms`, absolute (ms since the epoch).
+    fn expiry(&mut self, ttl_ms: u64) -> c_longlong {
+        (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong
+    }
+
+    /// Move the open key's expiry to `now + ttl_ms` if it expires earlier (or never), and
+    /// return the absolute expiry it has then (ms since the epoch).
     fn expire_at_least(&mut self, key: *mut Key, ttl_ms: u64) -> c_longlong {
-        let target = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
+        let target = self.expiry(ttl_ms);
         // SAFETY: `key` is an open key of this command.
         unsafe {
             let current = (self.api.get_abs_expire)(key);
@@ -407,7 +412,7 @@ impl Store for Server<'_> {
                     return;
                 }
                 // A new key has no expiry to compare with.
-                let at = (self.real_us() / 1_000).saturating_add(ttl_ms) as c_longlong;
+                let at = self.expiry(ttl_ms);
                 (self.api.set_abs_expire)(k, at);
                 self.note_stored(key, value, at);
                 return;
