@@ -191,11 +191,11 @@ fn keyed(c: &mut Criterion) {
                     let ks: [u64; STREAM] = std::array::from_fn(|_| keys.next());
                     let requests: [(&u64, u32); STREAM] = std::array::from_fn(|i| (&ks[i], 1));
                     if batched {
-                        limiter.check_batch(&requests, &mut out);
+                        limiter.batch(&requests, &mut out);
                         black_box(&out);
                     } else {
                         for &(k, cost) in &requests {
-                            black_box(limiter.check_n(k, cost));
+                            black_box(limiter.request(k).cost(cost).check());
                         }
                     }
                 }
@@ -210,7 +210,7 @@ fn keyed(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("ratewell_stream_batch", n), |b| {
             stream(b, &mut keys, true)
         });
-        let bytes = limiter.memory_bytes() as usize;
+        let bytes = limiter.metrics().memory_bytes as usize;
         drop(limiter);
 
         let limiter =

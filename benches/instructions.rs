@@ -164,7 +164,7 @@ fn registered_limiter() -> (KeyedLimiter<u64, ManualClock>, PolicyId) {
     let l = KeyedLimiter::with_clock(&policy(GCRA), 8 * N as usize, ManualClock::new(0));
     let id = l.register(&policy("fixed-window limit=4294967295 window=1h")).expect("registered");
     for k in 0..N {
-        l.take_with(&k, &id, 1);
+        l.request(&k).policy(&id).take();
     }
     assert_eq!((l.metrics().keys, l.metrics().evictions), (N, 0));
     (l, id)
@@ -175,7 +175,7 @@ fn registered_limiter() -> (KeyedLimiter<u64, ManualClock>, PolicyId) {
 #[bench::hit_1k_x2(registered_limiter(), 2 * N)]
 fn keyed_take_with((limiter, id): (KeyedLimiter<u64, ManualClock>, PolicyId), n: u64) {
     each_key(n, |k| {
-        black_box(limiter.take_with(k, &id, 1));
+        black_box(limiter.request(k).policy(&id).take());
     });
 }
 
@@ -184,7 +184,7 @@ fn keyed_take_with((limiter, id): (KeyedLimiter<u64, ManualClock>, PolicyId), n:
 #[bench::hit_1k_x2(registered_limiter(), 2 * N)]
 fn keyed_take_within((limiter, id): (KeyedLimiter<u64, ManualClock>, PolicyId), n: u64) {
     each_key(n, |k| {
-        black_box(limiter.take_within(k, &id, 1, 1_000_000));
+        black_box(limiter.request(k).within(&id, 1_000_000).take());
     });
 }
 

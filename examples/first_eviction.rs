@@ -9,9 +9,11 @@ fn main() -> Result<(), ratewell::PolicyError> {
     println!("capacity,seed,keys_at_first_eviction,load");
     for capacity in [100_000usize, 1_000_000, 4_000_000] {
         for seed in 1..=3u64 {
-            let limiter =
-                KeyedLimiter::<u64, _>::with_clock(&policy, capacity, ManualClock::new(0))
-                    .seeded(seed);
+            let limiter = KeyedLimiter::<u64>::builder(&policy, capacity)
+                .clock(ManualClock::new(0))
+                .seed(seed)
+                .build()
+                .expect("a table of this capacity");
             let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             let mut keys = 0u64;
             while limiter.metrics().evictions == 0 {
@@ -22,8 +24,8 @@ fn main() -> Result<(), ratewell::PolicyError> {
                 limiter.check(&x);
                 keys += 1;
             }
-            let load = (keys - 1) as f64 / limiter.capacity() as f64;
-            println!("{},{seed},{},{load:.3}", limiter.capacity(), keys - 1);
+            let load = (keys - 1) as f64 / limiter.metrics().capacity as f64;
+            println!("{},{seed},{},{load:.3}", limiter.metrics().capacity, keys - 1);
         }
     }
     Ok(())

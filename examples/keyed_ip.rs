@@ -30,10 +30,13 @@ fn respond(limiter: &KeyedLimiter<IpKey, ManualClock>, addr: IpAddr) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy: Policy = "sliding-window limit=3 window=1m".parse()?;
-    let limiter =
-        KeyedLimiter::try_with_clock(&policy, 1_000, ManualClock::new(0))?.on_full(OnFull::Refuse);
+    let limiter = KeyedLimiter::builder(&policy, 1_000)
+        .clock(ManualClock::new(0))
+        .on_full(OnFull::Refuse)
+        .build()?;
     let premium: IpAddr = "192.0.2.7".parse()?;
-    limiter.set_override(&IpKey::new(premium), &"sliding-window limit=100 window=1m".parse()?)?;
+    limiter
+        .set_override(&IpKey::new(premium), Some(&"sliding-window limit=100 window=1m".parse()?))?;
 
     // Two IPv6 addresses of one /64 share a budget; a premium address has its own.
     let clients: [IpAddr; 3] = ["2001:db8::1".parse()?, "2001:db8::ffff".parse()?, premium];

@@ -42,12 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         save.push(t.elapsed());
 
         let t = Instant::now();
-        let r = restored.restore_with(&bytes[..], Resume::At(SystemTime::now()))?;
+        let r = restored.restore(&bytes[..], Resume::At(SystemTime::now()))?;
         restore.push(t.elapsed());
         assert_eq!(r.keys, live);
     }
     std::fs::remove_file(&path)?;
-    println!("keys: {live} (capacity {})", limiter.capacity());
+    println!("keys: {live} (capacity {})", limiter.metrics().capacity);
     println!("bytes: {} ({:.2} a key)", bytes.len(), bytes.len() as f64 / live as f64);
     println!("snapshot into memory: median {:?} of {rounds}", median(write));
     println!("save to a file (synced, renamed): median {:?} of {rounds}", median(save));

@@ -86,6 +86,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod algorithms;
 #[cfg(ratewell_broken_protocol)]
 mod broken;
@@ -105,7 +110,7 @@ mod word;
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 
 pub use decision::{Decision, Outcome};
-pub use keyed::{CapacityError, Charge, KeyedLimiter, Metrics, OnFull, PolicyId, Prehashed};
+pub use keyed::{Builder, CapacityError, Charge, KeyedLimiter, Metrics, OnFull, PolicyId, Request};
 pub use keyed::{IpKey, IpPrefixes};
 pub use layered::{
     Absent, KeyCountError, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter,

@@ -78,13 +78,15 @@ mod tests {
         // there, with repeated, new, moved and evicted keys.
         use crate::{KeyedLimiter, ManualClock, Policy};
         let policy: Policy = "fixed-window limit=2 window=1s".parse().unwrap();
-        let batched = KeyedLimiter::<u32, _>::with_clock(&policy, 16, ManualClock::new(0));
-        let single = KeyedLimiter::<u32, _>::with_clock(&policy, 16, ManualClock::new(0));
-        let (batched, single) = (batched.seeded(1), single.seeded(1));
+        let build = || {
+            let builder = KeyedLimiter::<u32>::builder(&policy, 16).clock(ManualClock::new(0));
+            builder.seed(1).build().unwrap()
+        };
+        let (batched, single) = (build(), build());
         let keys: Vec<u32> = (0..40).map(|i| i * 7 % 23).collect();
         let requests: Vec<(&u32, u32)> = keys.iter().map(|k| (k, 1)).collect();
         let mut out = Vec::new();
-        batched.check_batch(&requests, &mut out);
+        batched.batch(&requests, &mut out);
         let expected: Vec<_> = keys.iter().map(|k| single.check(k)).collect();
         assert_eq!(out, expected);
         assert_eq!(batched.metrics(), single.metrics());

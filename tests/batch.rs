@@ -46,8 +46,15 @@ fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..25)
 }
 
-fn keyed(base: usize, capacity: usize) -> KeyedLimiter<u64, ManualClock> {
-    KeyedLimiter::with_clock(&policy(base), capacity, ManualClock::new(0)).seeded(17)
+/// A limiter and the clock it reads.
+fn keyed(base: usize, capacity: usize) -> (KeyedLimiter<u64, ManualClock>, ManualClock) {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::builder(&policy(base), capacity)
+        .clock(clock.clone())
+        .seed(17)
+        .build()
+        .expect("a table of this capacity");
+    (limiter, clock)
 }
 
 proptest! {
@@ -56,8 +63,8 @@ proptest! {
     #[test]
     fn keyed_batches_equal_single_calls(base in 0..POLICIES.len(), capacity in prop_oneof![Just(16usize), Just(64), Just(4096)],
                                         keys in prop_oneof![Just(3u64), Just(40), Just(300)], steps in ops(300)) {
-        let batched = keyed(base, capacity);
-        let single = keyed(base, capacity);
+        let (batched, batched_clock) = keyed(base, capacity);
+        let (single, single_clock) = keyed(base, capacity);
         let mut out = Vec::new();
         let mut bits = Vec::new();
         for op in &steps {
@@ -66,29 +73,31 @@ proptest! {
                     let requests: Vec<(u64, u32)> = requests.iter().map(|&(k, c)| (k % keys, c)).collect();
                     let refs: Vec<(&u64, u32)> = requests.iter().map(|(k, c)| (k, *c)).collect();
                     if *lean {
-                        batched.allow_batch(&refs, &mut bits);
-                        let expected: Vec<bool> = refs.iter().map(|&(k, c)| single.allow_n(k, c)).collect();
+                        batched.batch(&refs, &mut out);
+                        bits.clear();
+                        bits.extend(out.iter().map(|d| d.is_admitted()));
+                        let expected: Vec<bool> = refs.iter().map(|&(k, c)| single.request(k).cost(c).allow()).collect();
                         prop_assert_eq!(&bits, &expected);
                     } else {
-                        batched.check_batch(&refs, &mut out);
-                        let expected: Vec<_> = refs.iter().map(|&(k, c)| single.check_n(k, c)).collect();
+                        batched.batch(&refs, &mut out);
+                        let expected: Vec<_> = refs.iter().map(|&(k, c)| single.request(k).cost(c).check()).collect();
                         prop_assert_eq!(&out, &expected);
                     }
                 }
                 Op::Advance(ms) => {
-                    batched.clock().advance(ms * 1_000_000);
-                    single.clock().advance(ms * 1_000_000);
+                    batched_clock.advance(ms * 1_000_000);
+                    single_clock.advance(ms * 1_000_000);
                 }
                 Op::Override(k, p) => {
                     let k = k % keys;
                     match p {
                         Some(p) => {
-                            batched.set_override(&k, &policy(*p)).unwrap();
-                            single.set_override(&k, &policy(*p)).unwrap();
+                            batched.set_override(&k, Some(&policy(*p))).unwrap();
+                            single.set_override(&k, Some(&policy(*p))).unwrap();
                         }
                         None => {
-                            batched.clear_override(&k);
-                            single.clear_override(&k);
+                            batched.set_override(&k, None).expect("clearing an override cannot fail");
+                            single.set_override(&k, None).expect("clearing an override cannot fail");
                         }
                     }
                 }
@@ -97,7 +106,7 @@ proptest! {
         }
         // The states left: every key peeked alike.
         for k in 0..keys {
-            prop_assert_eq!(batched.peek_n(&k, 1), single.peek_n(&k, 1), "key {}", k);
+            prop_assert_eq!(batched.request(&k).peek(), single.request(&k).peek(), "key {}", k);
         }
     }
 }
@@ -185,14 +194,14 @@ fn a_wrong_key_count_decides_nothing() {
 #[test]
 fn batches_longer_than_a_group_and_empty_ones() {
     // 1,000 requests on 10 keys (limit 3 each): exactly 30 admitted, in the first three rounds.
-    let limiter = keyed(4, 1024);
+    let (limiter, _) = keyed(4, 1024);
     let keys: Vec<u64> = (0..1_000).map(|i| i % 10).collect();
     let refs: Vec<(&u64, u32)> = keys.iter().map(|k| (k, 1)).collect();
     let mut out = vec![ratewell::Limiter::new(&policy(0)).check(); 3];
-    limiter.check_batch(&refs, &mut out);
+    limiter.batch(&refs, &mut out);
     assert_eq!(out.len(), 1_000);
     let admitted: Vec<usize> = (0..1_000).filter(|&i| out[i].is_admitted()).collect();
     assert_eq!(admitted, (0..30).collect::<Vec<_>>());
-    limiter.check_batch(&[], &mut out);
+    limiter.batch(&[], &mut out);
     assert!(out.is_empty(), "cleared");
 }

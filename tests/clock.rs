@@ -110,7 +110,7 @@ proptest! {
         for (i, &(_, cost, key)) in steps.iter().enumerate() {
             c1.set(raw[i]);
             c2.set(running[i]);
-            let (da, db) = (a.check_n(&key, cost), b.check_n(&key, cost));
+            let (da, db) = (a.request(&key).cost(cost).check(), b.request(&key).cost(cost).check());
             admitted_a += u64::from(da.is_admitted()) * u64::from(cost);
             admitted_b += u64::from(db.is_admitted()) * u64::from(cost);
             prop_assert_eq!(da, db, "keyed step {} of `{}`", i, text);

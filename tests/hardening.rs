@@ -29,7 +29,7 @@ fn a_clock_stepped_back_mints_nothing_however_far() {
             100,
             clock.clone(),
         );
-        assert!(keyed.check_n("k", 100_000).is_admitted());
+        assert!(keyed.request("k").cost(100_000).check().is_admitted());
         clock.set((1000 - back) * H);
         assert!(!keyed.check("k").is_admitted(), "{back} h back, keyed");
     }
@@ -54,24 +54,24 @@ fn the_sliding_log_reports_its_memory_and_stays_bounded_under_a_key_flood() {
         1_000,
         ManualClock::new(0),
     );
-    let empty = limiter.memory_bytes();
+    let empty = limiter.metrics().memory_bytes;
     for k in 0..100_000u64 {
         assert!(limiter.check(&k).is_admitted());
     }
     let m = limiter.metrics();
-    assert!(m.keys <= limiter.capacity(), "{m:?}");
+    assert!(m.keys <= limiter.metrics().capacity, "{m:?}");
     assert_eq!(m.evictions, 100_000 - m.keys, "every key beyond the capacity evicted one");
-    let full = limiter.memory_bytes();
+    let full = limiter.metrics().memory_bytes;
     assert!(full > empty, "the logs' memory is reported ({full} bytes)");
     // At most 136 bytes a key of capacity (node and index) and its entry buffer (here, room for
     // 4 entries of 16 bytes): `log_table.rs`, *Memory*.
-    let bound = limiter.capacity() * (136 + 16 * 4);
+    let bound = limiter.metrics().capacity * (136 + 16 * 4);
     assert!(full <= bound, "{full} bytes over the bound of {bound}");
     // More of the flood stays within the bound.
     for k in 100_000..300_000u64 {
         limiter.check(&k);
     }
-    assert!(limiter.memory_bytes() <= bound);
+    assert!(limiter.metrics().memory_bytes <= bound);
 }
 
 #[test]
@@ -99,14 +99,15 @@ fn a_sliding_log_reclaims_expired_keys_before_evicting() {
 fn absurd_capacities_are_errors() {
     let p = policy("token-bucket capacity=10 rate=1/s");
     for capacity in [1usize << 60, (1 << 63) - 1, usize::MAX] {
-        let err = KeyedLimiter::<str>::try_new(&p, capacity).unwrap_err();
+        let err = KeyedLimiter::<str>::builder(&p, capacity).build().unwrap_err();
         assert!(matches!(err, CapacityError::TooLarge { .. }), "{err}");
         assert!(err.to_string().contains("maximum"), "{err}");
-        let log = KeyedLimiter::<str>::try_new(&policy("sliding-log limit=5 window=1s"), capacity);
+        let log = KeyedLimiter::<str>::builder(&policy("sliding-log limit=5 window=1s"), capacity)
+            .build();
         assert!(log.is_err());
     }
     let max = KeyedLimiter::<str>::MAX_CAPACITY;
-    assert!(KeyedLimiter::<str>::try_new(&p, max as usize + 1).is_err());
+    assert!(KeyedLimiter::<str>::builder(&p, max as usize + 1).build().is_err());
     let panic = std::panic::catch_unwind(|| KeyedLimiter::<str>::new(&p, usize::MAX));
     assert!(panic.is_err(), "the infallible constructor panics, as its docs say");
 }
@@ -134,22 +135,21 @@ fn peek_reports_the_state_as_it_is() {
         limiter.check_n(3);
         assert_eq!(limiter.peek_n(1).remaining(), 7, "{text}");
         let keyed = KeyedLimiter::<str, _>::with_clock(&policy(text), 100, ManualClock::new(0));
-        assert_eq!(keyed.peek_n("k", 1).remaining(), 10, "{text}");
-        keyed.check_n("k", 3);
-        assert_eq!(keyed.peek_n("k", 2).remaining(), 7, "{text}");
-        let d = keyed.peek_n("k", 8);
+        assert_eq!(keyed.request("k").peek().remaining(), 10, "{text}");
+        keyed.request("k").cost(3).check();
+        assert_eq!(keyed.request("k").cost(2).peek().remaining(), 7, "{text}");
+        let d = keyed.request("k").cost(8).peek();
         assert_eq!((d.outcome(), d.remaining()), (Outcome::Rejected, 7), "{text}");
     }
 }
 
 #[test]
 fn a_full_table_is_its_own_outcome() {
-    let limiter = KeyedLimiter::<u64, _>::with_clock(
-        &policy("token-bucket capacity=5 rate=1/h"),
-        8,
-        ManualClock::new(0),
-    )
-    .on_full(ratewell::OnFull::Refuse);
+    let limiter = KeyedLimiter::<u64>::builder(&policy("token-bucket capacity=5 rate=1/h"), 8)
+        .clock(ManualClock::new(0))
+        .on_full(ratewell::OnFull::Refuse)
+        .build()
+        .expect("a table of this capacity");
     let mut refused = None;
     for k in 0..64u64 {
         let d = limiter.check(&k);
@@ -188,12 +188,16 @@ fn a_policy_change_keeps_what_keys_consumed() {
                     100,
                     ManualClock::new(5 * H),
                 );
-                assert!(limiter.check_n("k", used).is_admitted(), "{from}");
+                assert!(limiter.request("k").cost(used).check().is_admitted(), "{from}");
                 assert!(limiter.check("fresh-later").is_admitted());
                 limiter.set_policy(&policy(&to)).unwrap();
                 let left = to_limit.saturating_sub(u64::from(used));
-                assert_eq!(limiter.peek_n("k", 1).remaining(), left, "{from} -> {to} after {used}");
-                assert_eq!(limiter.peek_n("never-seen", 1).remaining(), to_limit, "{to}");
+                assert_eq!(
+                    limiter.request("k").peek().remaining(),
+                    left,
+                    "{from} -> {to} after {used}"
+                );
+                assert_eq!(limiter.request("never-seen").peek().remaining(), to_limit, "{to}");
             }
         }
     }
@@ -203,9 +207,9 @@ fn a_policy_change_keeps_what_keys_consumed() {
         100,
         ManualClock::new(0),
     );
-    assert!(limiter.check_n("k", 7).is_admitted());
+    assert!(limiter.request("k").cost(7).check().is_admitted());
     limiter.set_policy(&policy("sliding-log limit=9 window=1m")).unwrap();
-    assert_eq!(limiter.peek_n("k", 1).remaining(), 2);
+    assert_eq!(limiter.request("k").peek().remaining(), 2);
 }
 
 #[test]
@@ -245,12 +249,12 @@ fn policies_change_any_number_of_times_under_load() {
             limiter
                 .set_override(
                     &(n % 50),
-                    &policy(&format!("fixed-window limit={} window=1s", n % 300 + 1)),
+                    Some(&policy(&format!("fixed-window limit={} window=1s", n % 300 + 1))),
                 )
                 .unwrap();
         }
         if n % 11 == 0 {
-            limiter.clear_override(&(n % 50));
+            limiter.set_override(&(n % 50), None).expect("clearing an override cannot fail");
         }
     }
     done.store(true, Ordering::Relaxed);

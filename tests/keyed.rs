@@ -130,17 +130,21 @@ fn rejected_new_keys_take_no_slot() {
         ManualClock::new(0),
     );
     for k in 0..1000 {
-        assert!(limiter.check_n(&k, 6).is_impossible());
-        assert!(limiter.peek_n(&k, 1).is_admitted());
+        assert!(limiter.request(&k).cost(6).check().is_impossible());
+        assert!(limiter.request(&k).peek().is_admitted());
     }
     let m = limiter.metrics();
     assert_eq!((m.keys, m.admitted, m.rejected), (0, 0, 1000));
 }
 
 /// A table of exactly one bucket: every key has the same eight candidate slots.
-fn one_bucket(text: &str, on_full: OnFull) -> KeyedLimiter<str, ManualClock> {
-    let limiter = KeyedLimiter::with_clock(&policy(text), 8, ManualClock::new(0)).on_full(on_full);
-    assert_eq!(limiter.capacity(), 8);
+fn one_bucket(text: &str, on_full: OnFull, clock: &ManualClock) -> KeyedLimiter<str, ManualClock> {
+    let limiter = KeyedLimiter::builder(&policy(text), 8)
+        .clock(clock.clone())
+        .on_full(on_full)
+        .build()
+        .expect("a table of this capacity");
+    assert_eq!(limiter.metrics().capacity, 8);
     limiter
 }
 
@@ -150,15 +154,15 @@ const USED: [(&str, u32); 8] =
 
 #[test]
 fn lossless_reclaim_changes_no_decision() {
-    let limiter = one_bucket("fixed-window limit=1 window=1s", OnFull::Refuse);
+    let clock = ManualClock::new(0);
+    let limiter = one_bucket("fixed-window limit=1 window=1s", OnFull::Refuse, &clock);
     let reference = KeyedLimiter::<str, _>::with_clock(
         &policy("fixed-window limit=1 window=1s"),
         1 << 12,
-        ManualClock::new(0),
+        clock.clone(),
     );
     for round in 0..50u64 {
-        limiter.clock().set(round * S);
-        reference.clock().set(round * S);
+        clock.set(round * S);
         for k in 0..8 {
             let key = format!("r{round}k{k}");
             assert_eq!(limiter.check(&key), reference.check(&key), "{key}");
@@ -172,23 +176,28 @@ fn lossless_reclaim_changes_no_decision() {
 
 #[test]
 fn lossy_eviction_takes_the_key_closest_to_full() {
-    let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::EvictLeastGranting);
+    let limiter = one_bucket(
+        "token-bucket capacity=10 rate=1/s",
+        OnFull::EvictLeastGranting,
+        &ManualClock::new(0),
+    );
     for (key, cost) in USED {
-        assert!(limiter.check_n(key, cost).is_admitted());
+        assert!(limiter.request(key).cost(cost).check().is_admitted());
     }
     // Every candidate is live: the one that used least (b) goes.
-    assert_eq!(limiter.check_n("e", 2).remaining(), 8);
+    assert_eq!(limiter.request("e").cost(2).check().remaining(), 8);
     let m = limiter.metrics();
     assert_eq!((m.keys, m.evictions, m.reclaims), (8, 1, 0));
-    assert_eq!(limiter.peek_n("b", 1).remaining(), 10, "b starts fresh");
-    assert_eq!(limiter.peek_n("c", 1).remaining(), 3, "c kept its state");
+    assert_eq!(limiter.request("b").peek().remaining(), 10, "b starts fresh");
+    assert_eq!(limiter.request("c").peek().remaining(), 3, "c kept its state");
 }
 
 #[test]
 fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
-    let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::Refuse);
+    let clock = ManualClock::new(0);
+    let limiter = one_bucket("token-bucket capacity=10 rate=1/s", OnFull::Refuse, &clock);
     for (key, cost) in USED {
-        assert!(limiter.check_n(key, cost).is_admitted());
+        assert!(limiter.request(key).cost(cost).check().is_admitted());
     }
     let d = limiter.check("e");
     assert!(!d.is_admitted());
@@ -199,10 +208,10 @@ fn fail_closed_refuses_new_keys_and_says_when_to_retry() {
     assert_eq!(d.retry_after_ns(), Some(S));
     let m = limiter.metrics();
     assert_eq!((m.keys, m.refused, m.evictions), (8, 1, 0));
-    limiter.clock().set(S);
+    clock.set(S);
     assert!(limiter.check("e").is_admitted());
     assert_eq!(limiter.metrics().reclaims, 1);
-    assert_eq!(limiter.peek_n("c", 1).remaining(), 4, "c kept its state");
+    assert_eq!(limiter.request("c").peek().remaining(), 4, "c kept its state");
 }
 
 #[test]
@@ -213,13 +222,13 @@ fn capacity_is_never_exceeded() {
             capacity,
             ManualClock::new(0),
         );
-        assert!(limiter.capacity() >= capacity as u64);
-        assert!(limiter.capacity() < capacity as u64 + 8 * 256);
+        assert!(limiter.metrics().capacity >= capacity as u64);
+        assert!(limiter.metrics().capacity < capacity as u64 + 8 * 256);
         for k in 0..(3 * capacity as u64 + 100) {
             assert!(limiter.check(&k).is_admitted());
-            assert!(limiter.metrics().keys <= limiter.capacity());
+            assert!(limiter.metrics().keys <= limiter.metrics().capacity);
         }
-        assert_eq!(limiter.memory_bytes(), 16 * limiter.capacity());
+        assert_eq!(limiter.metrics().memory_bytes, 16 * limiter.metrics().capacity);
     }
 }
 
@@ -231,11 +240,11 @@ fn overrides_and_policy_changes() {
         ManualClock::new(0),
     );
     assert!(limiter.check("free").is_admitted());
-    limiter.set_override("premium", &policy("fixed-window limit=100 window=1s")).unwrap();
+    limiter.set_override("premium", Some(&policy("fixed-window limit=100 window=1s"))).unwrap();
     assert_eq!(limiter.check("premium").remaining(), 99);
     // An override set on a present key moves it, keeping what it consumed (1).
     assert!(limiter.check("later").is_admitted());
-    limiter.set_override("later", &policy("fixed-window limit=50 window=1s")).unwrap();
+    limiter.set_override("later", Some(&policy("fixed-window limit=50 window=1s"))).unwrap();
     assert_eq!(limiter.check("later").remaining(), 48);
     assert_eq!(limiter.policy_of("later"), policy("fixed-window limit=50 window=1s"));
     // The default changes for every key without an override; present keys keep what they
@@ -246,7 +255,7 @@ fn overrides_and_policy_changes() {
     assert_eq!(limiter.policy().to_string(), "token-bucket capacity=3 rate=1/s");
     assert_eq!(limiter.policy_of("free"), limiter.policy());
     // Back to the default: 2 consumed of a capacity of 3.
-    limiter.clear_override("premium");
+    limiter.set_override("premium", None).expect("clearing an override cannot fail");
     assert_eq!(limiter.policy_of("premium"), limiter.policy());
     assert_eq!(limiter.check("premium").remaining(), 0);
     assert!(!limiter.check("premium").is_admitted());
@@ -280,18 +289,19 @@ fn reset_forgets_one_key() {
 
 #[test]
 fn reclaim_fresh_drops_only_fresh_keys() {
+    let clock = ManualClock::new(0);
     let limiter = KeyedLimiter::<u64, _>::with_clock(
         &policy("token-bucket capacity=2 rate=1/s"),
         100,
-        ManualClock::new(0),
+        clock.clone(),
     );
     for k in 0..10 {
-        limiter.check_n(&k, if k < 5 { 1 } else { 2 });
+        limiter.request(&k).cost(if k < 5 { 1 } else { 2 }).check();
     }
-    limiter.clock().set(S);
+    clock.set(S);
     assert_eq!(limiter.reclaim_fresh(), 5, "one token back: the keys that took one are full");
     assert_eq!(limiter.metrics().keys, 5);
-    assert_eq!(limiter.peek_n(&7, 2).retry_after_ns(), Some(S));
+    assert_eq!(limiter.request(&7).cost(2).peek().retry_after_ns(), Some(S));
 }
 
 #[test]
@@ -313,18 +323,19 @@ fn ip_keys_aggregate_ipv6_clients() {
 
 #[test]
 fn sliding_log_table_is_bounded_too() {
+    let clock = ManualClock::new(0);
     let limiter = KeyedLimiter::<u64, _>::with_clock(
         &policy("sliding-log limit=3 window=1s"),
         8,
-        ManualClock::new(0),
+        clock.clone(),
     );
     for k in 0..100 {
         assert!(limiter.check(&k).is_admitted());
-        assert!(limiter.metrics().keys <= limiter.capacity());
+        assert!(limiter.metrics().keys <= limiter.metrics().capacity);
     }
-    assert_eq!(limiter.metrics().evictions, 100 - limiter.capacity());
-    limiter.clock().set(2 * S);
-    assert_eq!(limiter.reclaim_fresh(), limiter.capacity());
+    assert_eq!(limiter.metrics().evictions, 100 - limiter.metrics().capacity);
+    clock.set(2 * S);
+    assert_eq!(limiter.reclaim_fresh(), limiter.metrics().capacity);
 }
 
 #[test]
@@ -334,16 +345,15 @@ fn allow_admits_exactly_what_check_admits() {
         "sliding-log limit=3 window=1s",
         "leaky-bucket rate=5r/s burst=2",
     ] {
-        let a = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, ManualClock::new(0));
-        let b = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, ManualClock::new(0));
+        let clock = ManualClock::new(0);
+        let a = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, clock.clone());
+        let b = KeyedLimiter::<u64, _>::with_clock(&policy(text), 64, clock.clone());
         for step in 0..2000u64 {
-            let t = step * 7 * MS;
-            a.clock().set(t);
-            b.clock().set(t);
+            clock.set(step * 7 * MS);
             let (key, cost) = (step % 5, 1 + (step % 3) as u32);
             assert_eq!(
-                a.allow_n(&key, cost),
-                b.check_n(&key, cost).is_admitted(),
+                a.request(&key).cost(cost).allow(),
+                b.request(&key).cost(cost).check().is_admitted(),
                 "{text}: step {step}"
             );
         }
@@ -374,15 +384,13 @@ fn nine_tenths_full_forgets_no_live_key() {
     let keys = random_keys(11, 900_000);
     assert_eq!(keys.len(), 900_000);
     for seed in [None, Some(5)] {
-        let limiter = KeyedLimiter::<u64, _>::with_clock(
-            &policy("token-bucket capacity=1 rate=1/h"),
-            1_000_000,
-            ManualClock::new(0),
-        );
-        let limiter = match seed {
-            Some(seed) => limiter.seeded(seed),
-            None => limiter,
-        };
+        let mut builder =
+            KeyedLimiter::<u64>::builder(&policy("token-bucket capacity=1 rate=1/h"), 1_000_000)
+                .clock(ManualClock::new(0));
+        if let Some(seed) = seed {
+            builder = builder.seed(seed);
+        }
+        let limiter = builder.build().expect("a table of this capacity");
         assert!(keys.iter().all(|k| limiter.allow(k)));
         let again = keys.iter().filter(|k| limiter.allow(k)).count();
         let m = limiter.metrics();
@@ -406,7 +414,7 @@ fn relocations_racing_decisions_lose_nothing() {
         let keys = random_keys(round + 100, 3600);
         let (present, new) = keys.split_at(3200);
         for k in present {
-            assert!(limiter.check_n(k, 1).is_admitted());
+            assert!(limiter.request(k).check().is_admitted());
         }
         let moved_before = limiter.metrics().moves;
         let present: Arc<Vec<u64>> = Arc::new(present.to_vec());
@@ -442,7 +450,7 @@ fn relocations_racing_decisions_lose_nothing() {
         );
         for (i, k) in present.iter().enumerate() {
             assert_eq!(counts[0][i] + counts[1][i], 2, "round {round}: key {k}");
-            assert_eq!(limiter.peek_n(k, 1).remaining(), 0, "round {round}: key {k}");
+            assert_eq!(limiter.request(k).peek().remaining(), 0, "round {round}: key {k}");
         }
     }
 }

@@ -46,10 +46,10 @@ fn each_key_decides_as_the_model_of_its_policy() {
         let k = (rng >> 20) % 100;
         let cost = 1 + ((rng >> 40) % 3) as u32;
         let (got, want) = if k < 50 {
-            let d = limiter.check_with(&k, &fixed, cost);
+            let d = limiter.request(&k).policy(&fixed).cost(cost).check();
             (d.is_admitted(), fixed_models[k as usize].step(t.into(), cost.into()))
         } else {
-            let d = limiter.check_with(&k, &gcra, cost);
+            let d = limiter.request(&k).policy(&gcra).cost(cost).check();
             (d.is_admitted(), gcra_models[(k - 50) as usize].step(t.into(), cost.into()))
         };
         assert_eq!(got, matches!(want, Verdict::Admitted { .. }), "key {k} at {t} cost {cost}");
@@ -69,24 +69,24 @@ fn switching_policies_keeps_what_was_consumed() {
     );
     let ten = limiter.register(&policy("fixed-window limit=10 window=1h")).unwrap();
     let fourteen = limiter.register(&policy("fixed-window limit=14 window=1h")).unwrap();
-    assert_eq!(limiter.check_with("k", &ten, 10).remaining(), 0);
-    assert!(!limiter.check_with("k", &ten, 1).is_admitted());
+    assert_eq!(limiter.request("k").policy(&ten).cost(10).check().remaining(), 0);
+    assert!(!limiter.request("k").policy(&ten).check().is_admitted());
     // The reference: the same consumption converted by a default-policy change.
     let reference = KeyedLimiter::<str, _>::with_clock(
         &policy("fixed-window limit=10 window=1h"),
         100,
         ManualClock::new(0),
     );
-    assert!(reference.check_n("k", 10).is_admitted());
+    assert!(reference.request("k").cost(10).check().is_admitted());
     reference.set_policy(&policy("fixed-window limit=14 window=1h")).unwrap();
-    let want = reference.peek_n("k", 1).remaining();
+    let want = reference.request("k").peek().remaining();
     assert_eq!(want, 4);
-    assert_eq!(limiter.peek_with("k", &fourteen, 1).remaining(), want);
-    assert_eq!(limiter.check_with("k", &fourteen, 4).remaining(), 0);
-    assert!(!limiter.check_with("k", &fourteen, 1).is_admitted());
+    assert_eq!(limiter.request("k").policy(&fourteen).peek().remaining(), want);
+    assert_eq!(limiter.request("k").policy(&fourteen).cost(4).check().remaining(), 0);
+    assert!(!limiter.request("k").policy(&fourteen).check().is_admitted());
     // And back: 14 consumed of 10 is still exhausted.
-    assert!(!limiter.check_with("k", &ten, 1).is_admitted());
-    assert_eq!(limiter.policy_of_id(&ten), policy("fixed-window limit=10 window=1h"));
+    assert!(!limiter.request("k").policy(&ten).check().is_admitted());
+    assert_eq!(ten.policy(), &policy("fixed-window limit=10 window=1h"));
     limiter.release(ten);
     limiter.release(fourteen);
 }
@@ -105,14 +105,14 @@ fn a_refund_restores_the_state_and_is_counted() {
         "leaky-bucket rate=1r/s burst=4 nodelay",
     ] {
         let id = limiter.register(&policy(text)).unwrap();
-        let before = limiter.peek_with(text, &id, 1);
-        let (decision, charge) = limiter.take_with(text, &id, 3);
+        let before = limiter.request(text).policy(&id).peek();
+        let (decision, charge) = limiter.request(text).policy(&id).cost(3).take();
         assert!(decision.is_admitted(), "{text}");
         assert_eq!(decision.remaining(), before.remaining() - 3, "{text}");
         limiter.refund(charge.expect("admitted"));
-        assert_eq!(limiter.peek_with(text, &id, 1), before, "{text}: restored exactly");
+        assert_eq!(limiter.request(text).policy(&id).peek(), before, "{text}: restored exactly");
         // A rejection charges nothing and hands back no charge.
-        let (decision, charge) = limiter.take_with(text, &id, 6);
+        let (decision, charge) = limiter.request(text).policy(&id).cost(6).take();
         assert!(!decision.is_admitted() && charge.is_none(), "{text}");
         limiter.release(id);
     }
@@ -129,10 +129,10 @@ fn the_sliding_log_registers_logs_only() {
     let err = limiter.register(&policy("fixed-window limit=3 window=1s")).unwrap_err();
     assert!(err.expected().contains("same kind"), "{err}");
     let three = limiter.register(&policy("sliding-log limit=3 window=1s")).unwrap();
-    let (_, charge) = limiter.take_with("k", &three, 3);
-    assert!(!limiter.check_with("k", &three, 1).is_admitted());
+    let (_, charge) = limiter.request("k").policy(&three).cost(3).take();
+    assert!(!limiter.request("k").policy(&three).check().is_admitted());
     limiter.refund(charge.unwrap());
-    assert_eq!(limiter.check_with("k", &three, 1).remaining(), 2);
+    assert_eq!(limiter.request("k").policy(&three).check().remaining(), 2);
     limiter.release(three);
 }
 
@@ -146,13 +146,13 @@ fn released_policies_free_their_slots() {
         ManualClock::new(0),
     );
     let keep = limiter.register(&policy("fixed-window limit=9 window=1h")).unwrap();
-    assert!(limiter.check_with("kept", &keep, 4).is_admitted());
+    assert!(limiter.request("kept").policy(&keep).cost(4).check().is_admitted());
     for n in 1..=2000u64 {
         let id = limiter.register(&policy(&format!("fixed-window limit={n} window=1h"))).unwrap();
-        assert_eq!(limiter.check_with("churn", &id, 1).limit(), n);
+        assert_eq!(limiter.request("churn").policy(&id).check().limit(), n);
         limiter.release(id);
     }
-    assert_eq!(limiter.peek_with("kept", &keep, 1).remaining(), 5, "survived every sweep");
+    assert_eq!(limiter.request("kept").policy(&keep).peek().remaining(), 5, "survived every sweep");
     // Registering one policy twice takes one slot; 255 distinct at once is the most.
     let a = limiter.register(&policy("fixed-window limit=9 window=1h")).unwrap();
     let mut held = vec![a];
@@ -180,7 +180,7 @@ fn an_id_of_another_limiter_is_refused() {
     let a = KeyedLimiter::<str>::new(&p, 10);
     let b = KeyedLimiter::<str>::new(&p, 10);
     let id = a.register(&p).unwrap();
-    let _ = b.check_with("k", &id, 1);
+    let _ = b.request("k").policy(&id).check();
 }
 
 /// Threads charging two keys under two policies, refunding the first when the second rejects:
@@ -205,9 +205,9 @@ fn pairs_charged_and_refunded_by_threads_stay_exact() {
                 barrier.wait();
                 let mut admitted = 0u64;
                 for _ in 0..250 {
-                    let (_, first) = limiter.take_with("wide", &wide, 1);
+                    let (_, first) = limiter.request("wide").policy(&wide).take();
                     let Some(first) = first else { continue };
-                    let (second, _) = limiter.take_with("tight", &tight, 1);
+                    let (second, _) = limiter.request("tight").policy(&tight).take();
                     if second.is_admitted() {
                         admitted += 1;
                     } else {
@@ -220,6 +220,6 @@ fn pairs_charged_and_refunded_by_threads_stay_exact() {
         .collect();
     let admitted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(admitted, 300);
-    assert_eq!(limiter.peek_with("tight", &tight, 1).remaining(), 0);
-    assert_eq!(limiter.peek_with("wide", &wide, 1).remaining(), 700);
+    assert_eq!(limiter.request("tight").policy(&tight).peek().remaining(), 0);
+    assert_eq!(limiter.request("wide").policy(&wide).peek().remaining(), 700);
 }

@@ -48,7 +48,7 @@ fn keyed(text: &str, over: &str, clock: &ManualClock) -> KeyedLimiter<u32, Manua
 
 fn set_overrides(limiter: &KeyedLimiter<u32, ManualClock>, over: &str) {
     for k in (0..24).filter(|&k| overridden(k)) {
-        limiter.set_override(&k, &policy(over)).unwrap();
+        limiter.set_override(&k, Some(&policy(over))).unwrap();
     }
 }
 
@@ -69,7 +69,7 @@ fn split_run(
     for &(gap, k, cost) in &trace[..split] {
         t += gap;
         clock.set(t);
-        out.push(first.check_n(&k, cost));
+        out.push(first.request(&k).cost(cost).check());
     }
     let mut bytes = Vec::new();
     let info = first.snapshot(&mut bytes).unwrap();
@@ -80,7 +80,7 @@ fn split_run(
     let clock = ManualClock::new(origin);
     let mut second = KeyedLimiter::<u32, _>::with_clock(&policy(text), 512, clock.clone());
     let at = info.anchor + Duration::from_nanos(pause);
-    let restored = second.restore_with(&bytes[..], Resume::At(at)).unwrap();
+    let restored = second.restore(&bytes[..], Resume::At(at)).unwrap();
     assert_eq!(restored.elapsed, Duration::from_nanos(pause));
     set_overrides(&second, over);
     let resumed = t + pause;
@@ -88,7 +88,7 @@ fn split_run(
         t += gap;
         // The new clock reads from its origin; the restore's offset maps it onto the trace.
         clock.set(origin + t.saturating_sub(resumed));
-        out.push(second.check_n(&k, cost));
+        out.push(second.request(&k).cost(cost).check());
     }
     out
 }
@@ -102,7 +102,7 @@ fn whole_run(text: &str, over: &str, trace: &[(u64, u32, u32)]) -> Vec<ratewell:
     for &(gap, k, cost) in trace {
         t += gap;
         clock.set(t);
-        out.push(limiter.check_n(&k, cost));
+        out.push(limiter.request(&k).cost(cost).check());
     }
     out
 }
@@ -142,7 +142,7 @@ fn registered_policies_restore_before_or_after() {
         clock.clone(),
     );
     let day = limiter.register(&policy("fixed-window limit=10 window=1d")).unwrap();
-    assert_eq!(limiter.check_with("a", &day, 4).remaining(), 6);
+    assert_eq!(limiter.request("a").policy(&day).cost(4).check().remaining(), 6);
     let mut bytes = Vec::new();
     limiter.snapshot(&mut bytes).unwrap();
 
@@ -154,11 +154,15 @@ fn registered_policies_restore_before_or_after() {
         );
         let early =
             before.then(|| restarted.register(&policy("fixed-window limit=10 window=1d")).unwrap());
-        restarted.restore_with(&bytes[..], Resume::SameClock).unwrap();
+        restarted.restore(&bytes[..], Resume::SameClock).unwrap();
         let id = early.unwrap_or_else(|| {
             restarted.register(&policy("fixed-window limit=10 window=1d")).unwrap()
         });
-        assert_eq!(restarted.check_with("a", &id, 1).remaining(), 5, "registered before: {before}");
+        assert_eq!(
+            restarted.request("a").policy(&id).check().remaining(),
+            5,
+            "registered before: {before}"
+        );
         restarted.release(id);
     }
     // A rule whose limit changed keeps what the key consumed.
@@ -167,9 +171,9 @@ fn registered_policies_restore_before_or_after() {
         64,
         ManualClock::new(0),
     );
-    restarted.restore_with(&bytes[..], Resume::SameClock).unwrap();
+    restarted.restore(&bytes[..], Resume::SameClock).unwrap();
     let wider = restarted.register(&policy("fixed-window limit=20 window=1d")).unwrap();
-    assert_eq!(restarted.check_with("a", &wider, 1).remaining(), 15);
+    assert_eq!(restarted.request("a").policy(&wider).check().remaining(), 15);
     restarted.release(wider);
     limiter.release(day);
 }
@@ -238,20 +242,20 @@ fn a_restored_layered_limiter_decides_as_an_uninterrupted_one() {
 fn the_pause_counts_and_a_clock_set_back_mints_nothing() {
     let p = policy("token-bucket capacity=10 rate=1/s");
     let limiter = KeyedLimiter::<str, _>::with_clock(&p, 64, ManualClock::new(0));
-    assert_eq!(limiter.check_n("k", 10).remaining(), 0);
+    assert_eq!(limiter.request("k").cost(10).check().remaining(), 0);
     let mut bytes = Vec::new();
     let info = limiter.snapshot(&mut bytes).unwrap();
     let restore = |at: SystemTime| {
         let mut l = KeyedLimiter::<str, _>::with_clock(&p, 64, ManualClock::new(999 * MS));
-        l.restore_with(&bytes[..], Resume::At(at)).unwrap();
-        l.peek_n("k", 1).remaining()
+        l.restore(&bytes[..], Resume::At(at)).unwrap();
+        l.request("k").peek().remaining()
     };
     assert_eq!(restore(info.anchor + Duration::from_secs(3)), 3);
     assert_eq!(restore(info.anchor), 0);
     assert_eq!(restore(info.anchor - Duration::from_secs(3600)), 0);
     // Ten seconds later the key is full again: not stored at all.
     let mut l = KeyedLimiter::<str, _>::with_clock(&p, 64, ManualClock::new(0));
-    let r = l.restore_with(&bytes[..], Resume::At(info.anchor + Duration::from_secs(10))).unwrap();
+    let r = l.restore(&bytes[..], Resume::At(info.anchor + Duration::from_secs(10))).unwrap();
     assert_eq!((r.keys, r.expired), (0, 1));
 }
 
@@ -259,7 +263,7 @@ fn small_snapshot() -> (Vec<u8>, Policy) {
     let p = policy("sliding-window limit=5 window=1m");
     let limiter = KeyedLimiter::<str, _>::with_clock(&p, 64, ManualClock::new(0));
     for k in ["a", "b", "c", "d"] {
-        limiter.check_n(k, 2);
+        limiter.request(k).cost(2).check();
     }
     let mut bytes = Vec::new();
     limiter.snapshot(&mut bytes).unwrap();
@@ -268,13 +272,13 @@ fn small_snapshot() -> (Vec<u8>, Policy) {
 
 /// A limiter's state, as its keys' peeks show it.
 fn state_of(limiter: &KeyedLimiter<str, ManualClock>) -> Vec<u64> {
-    ["a", "b", "c", "d", "e", "x"].iter().map(|k| limiter.peek_n(k, 1).remaining()).collect()
+    ["a", "b", "c", "d", "e", "x"].iter().map(|k| limiter.request(k).peek().remaining()).collect()
 }
 
 fn victim(p: &Policy) -> KeyedLimiter<str, ManualClock> {
     let limiter = KeyedLimiter::<str, _>::with_clock(p, 64, ManualClock::new(0));
-    limiter.check_n("x", 3);
-    limiter.check_n("e", 1);
+    limiter.request("x").cost(3).check();
+    limiter.request("e").check();
     limiter
 }
 
@@ -286,7 +290,7 @@ fn bad_snapshots_are_errors_that_change_nothing() {
     let mut limiter = victim(&p);
     let before = state_of(&limiter);
     for len in 0..bytes.len() {
-        let err = limiter.restore(&bytes[..len]).unwrap_err();
+        let err = limiter.restore(&bytes[..len], Resume::WallClock).unwrap_err();
         let expected = match len {
             0 => matches!(err, SnapshotError::Empty),
             _ => matches!(err, SnapshotError::Truncated | SnapshotError::Checksum),
@@ -298,22 +302,22 @@ fn bad_snapshots_are_errors_that_change_nothing() {
         for bit in 0..8 {
             let mut flipped = bytes.clone();
             flipped[i] ^= 1 << bit;
-            let err = limiter.restore(&flipped[..]).unwrap_err();
+            let err = limiter.restore(&flipped[..], Resume::WallClock).unwrap_err();
             assert!(!err.to_string().is_empty());
             assert_eq!(state_of(&limiter), before, "byte {i} bit {bit}: {err}");
         }
     }
     let mut longer = bytes.clone();
     longer.push(0);
-    assert!(limiter.restore(&longer[..]).is_err());
+    assert!(limiter.restore(&longer[..], Resume::WallClock).is_err());
     assert!(matches!(
-        limiter.restore(&b"hello world, not a snapshot"[..]),
+        limiter.restore(&b"hello world, not a snapshot"[..], Resume::WallClock),
         Err(SnapshotError::NotASnapshot)
     ));
     assert_eq!(state_of(&limiter), before);
     // The untouched snapshot restores.
-    limiter.restore(&bytes[..]).unwrap();
-    assert_eq!(limiter.peek_n("a", 1).remaining(), 3);
+    limiter.restore(&bytes[..], Resume::WallClock).unwrap();
+    assert_eq!(limiter.request("a").peek().remaining(), 3);
 }
 
 /// Resealed with a correct checksum: a wrong version, kind and shape are named.
@@ -332,31 +336,40 @@ fn foreign_snapshots_are_named() {
     let mut v2 = bytes.clone();
     v2[8] = 2;
     assert!(matches!(
-        limiter.restore(&reseal(v2)[..]),
+        limiter.restore(&reseal(v2)[..], Resume::WallClock),
         Err(SnapshotError::Version { found: 2, supported: 1 })
     ));
     // A table of another capacity.
     let mut wider = KeyedLimiter::<str, _>::with_clock(&p, 100_000, ManualClock::new(0));
-    assert!(matches!(wider.restore(&bytes[..]), Err(SnapshotError::Shape { .. })));
+    assert!(matches!(
+        wider.restore(&bytes[..], Resume::WallClock),
+        Err(SnapshotError::Shape { .. })
+    ));
     // A sliding log's table.
     let mut logs = KeyedLimiter::<str, _>::with_clock(
         &policy("sliding-log limit=5 window=1m"),
         64,
         ManualClock::new(0),
     );
-    assert!(matches!(logs.restore(&bytes[..]), Err(SnapshotError::Kind { .. })));
+    assert!(matches!(logs.restore(&bytes[..], Resume::WallClock), Err(SnapshotError::Kind { .. })));
     // A layered limiter's snapshot into a keyed one, and the reverse.
     let layered =
         LayeredLimiter::with_clock(vec![Layer::new("a", &p)], ManualClock::new(0)).unwrap();
     let mut lbytes = Vec::new();
     layered.snapshot(&mut lbytes).unwrap();
-    assert!(matches!(limiter.restore(&lbytes[..]), Err(SnapshotError::Kind { .. })));
+    assert!(matches!(
+        limiter.restore(&lbytes[..], Resume::WallClock),
+        Err(SnapshotError::Kind { .. })
+    ));
     let mut layered = layered;
     assert!(matches!(layered.restore(&bytes[..]), Err(SnapshotError::Kind { .. })));
     // Overrides name keys by the hash a restore replaces.
-    limiter.set_override("x", &policy("sliding-window limit=50 window=1m")).unwrap();
-    assert!(matches!(limiter.restore(&bytes[..]), Err(SnapshotError::Overrides)));
-    limiter.clear_override("x");
+    limiter.set_override("x", Some(&policy("sliding-window limit=50 window=1m"))).unwrap();
+    assert!(matches!(
+        limiter.restore(&bytes[..], Resume::WallClock),
+        Err(SnapshotError::Overrides)
+    ));
+    limiter.set_override("x", None).expect("clearing an override cannot fail");
     assert_eq!(state_of(&limiter), before);
 }
 
@@ -412,11 +425,11 @@ fn a_snapshot_taken_under_decisions_is_consistent_per_key() {
     let mut last = vec![0u64; 2000];
     for bytes in snapshots {
         let mut restored = KeyedLimiter::<u64, _>::with_clock(&p, 4096, ManualClock::new(0));
-        restored.restore_with(&bytes[..], Resume::SameClock).unwrap();
+        restored.restore(&bytes[..], Resume::SameClock).unwrap();
         for t in 0..2u64 {
             for k in 0..500 {
                 let key = t * 1000 + k;
-                let d = restored.peek_n(&key, 1);
+                let d = restored.request(&key).peek();
                 let used = 1_000_000 - d.remaining();
                 // A count the key held: never above what its thread charged, never below what
                 // an earlier snapshot saw, in the window the whole run is in.
@@ -444,18 +457,18 @@ fn sliding_logs_restore_at_another_capacity() {
     let p = policy("sliding-log limit=3 window=1m");
     let limiter = KeyedLimiter::<u32, _>::with_clock(&p, 4096, ManualClock::new(0));
     for k in 0..3000u32 {
-        limiter.check_n(&k, 1 + k % 3);
+        limiter.request(&k).cost(1 + k % 3).check();
     }
     let mut bytes = Vec::new();
     limiter.snapshot(&mut bytes).unwrap();
     let mut same = KeyedLimiter::<u32, _>::with_clock(&p, 4096, ManualClock::new(0));
-    let r = same.restore_with(&bytes[..], Resume::SameClock).unwrap();
+    let r = same.restore(&bytes[..], Resume::SameClock).unwrap();
     assert_eq!((r.keys, r.dropped), (3000, 0));
     for k in 0..3000u32 {
-        assert_eq!(same.peek_n(&k, 1).remaining(), u64::from(2 - k % 3));
+        assert_eq!(same.request(&k).peek().remaining(), u64::from(2 - k % 3));
     }
     let mut small = KeyedLimiter::<u32, _>::with_clock(&p, 1000, ManualClock::new(0));
-    let r = small.restore_with(&bytes[..], Resume::SameClock).unwrap();
+    let r = small.restore(&bytes[..], Resume::SameClock).unwrap();
     assert_eq!(r.keys + r.dropped, 3000);
-    assert!(r.keys <= small.capacity() && r.keys >= 900, "{r:?}");
+    assert!(r.keys <= small.metrics().capacity && r.keys >= 900, "{r:?}");
 }

@@ -56,14 +56,14 @@ fn every_call_decides_as_the_model_at_its_limit() {
         let model = &mut models[k as usize];
         model.limit = limit.into();
         if step % 5 == 0 {
-            let d = limiter.peek_within(&k, &window, cost, limit);
+            let d = limiter.request(&k).within(&window, limit).cost(cost).peek();
             let (_, count) = model_count(model, t);
             assert_eq!(d.limit(), u64::from(limit));
             assert_eq!(u128::from(d.remaining()), u128::from(limit).saturating_sub(count));
             continue;
         }
         let want = model.step(t.into(), cost.into());
-        let (d, charge) = limiter.take_within(&k, &window, cost, limit);
+        let (d, charge) = limiter.request(&k).within(&window, limit).cost(cost).take();
         let admitted = matches!(want, Verdict::Admitted { .. });
         assert_eq!(d.is_admitted(), admitted, "key {k} at {t}, cost {cost}, limit {limit}");
         assert_eq!(charge.is_some(), admitted);
@@ -96,11 +96,11 @@ fn a_changed_limit_keeps_the_count() {
     let limiter =
         KeyedLimiter::<str, _>::with_clock(&policy("fixed-window limit=1 window=1s"), 64, clock);
     let window = limiter.register(&policy("fixed-window limit=4294967295 window=1m")).unwrap();
-    assert_eq!(limiter.take_within("k", &window, 8, 10).0.remaining(), 2);
-    let d = limiter.take_within("k", &window, 1, 5).0;
+    assert_eq!(limiter.request("k").within(&window, 10).cost(8).take().0.remaining(), 2);
+    let d = limiter.request("k").within(&window, 5).take().0;
     assert!(!d.is_admitted());
     assert_eq!((d.limit(), d.remaining()), (5, 0));
-    assert_eq!(limiter.take_within("k", &window, 2, 10).0.remaining(), 0);
+    assert_eq!(limiter.request("k").within(&window, 10).cost(2).take().0.remaining(), 0);
     limiter.release(window);
 }
 
@@ -112,10 +112,10 @@ fn limits_apply_to_fixed_windows_only() {
     let limiter =
         KeyedLimiter::<str, _>::with_clock(&policy("fixed-window limit=1 window=1s"), 64, clock);
     let bucket = limiter.register(&policy("token-bucket capacity=5 rate=1/s")).unwrap();
-    let d = limiter.take_within("k", &bucket, 1, 2).0;
+    let d = limiter.request("k").within(&bucket, 2).take().0;
     assert_eq!((d.limit(), d.remaining()), (5, 4));
     let small = limiter.register(&policy("fixed-window limit=3 window=1s")).unwrap();
-    let d = limiter.take_within("j", &small, 1, 1_000).0;
+    let d = limiter.request("j").within(&small, 1_000).take().0;
     assert_eq!((d.limit(), d.remaining()), (3, 2));
     limiter.release(bucket);
     limiter.release(small);
@@ -138,13 +138,13 @@ fn concurrent_calls_admit_exactly_the_limit() {
             thread::spawn(move || {
                 barrier.wait();
                 (0..250)
-                    .filter(|_| limiter.take_within("k", &window, 1, 300).0.is_admitted())
+                    .filter(|_| limiter.request("k").within(&window, 300).take().0.is_admitted())
                     .count()
             })
         })
         .collect();
     let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(admitted, 300);
-    assert_eq!(limiter.peek_within("k", &window, 1, 300).remaining(), 0);
-    assert_eq!(limiter.peek_within("k", &window, 1, 1_000).remaining(), 700);
+    assert_eq!(limiter.request("k").within(&window, 300).peek().remaining(), 0);
+    assert_eq!(limiter.request("k").within(&window, 1_000).peek().remaining(), 700);
 }

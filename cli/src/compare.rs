@@ -6,7 +6,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::thread;
 
-use ratewell::{KeyedLimiter, ManualClock, Parameters, Policy, Prehashed};
+use ratewell::{Decision, KeyedLimiter, ManualClock, Parameters, Policy};
 
 /// Requests whose buckets are fetched together.
 const GROUP: usize = KeyedLimiter::<u32, ManualClock>::BATCH_GROUP;
@@ -208,23 +208,27 @@ impl Run {
         }
         // A group's keys are hashed and their buckets prefetched before the first is decided
         // (the clock is set per request, so the group is pipelined by hand rather than handed
-        // to `check_batch`, which decides at one instant).
+        // to `batch`, which decides at one instant).
         for group in batch.chunks(GROUP) {
+            let mut decided = [None; GROUP];
             let mut ahead = [None; GROUP];
-            for (token, r) in ahead.iter_mut().zip(group) {
-                *token = Some(self.limiter.prehash(&r.id));
+            for (request, r) in ahead.iter_mut().zip(group) {
+                *request = Some(self.limiter.request(&r.id).prefetch());
             }
-            for (token, r) in ahead.into_iter().flatten().zip(group) {
+            for ((request, r), decision) in ahead.into_iter().flatten().zip(group).zip(&mut decided)
+            {
                 self.clock.set(r.t);
+                *decision = Some(request.cost(r.cost).check());
+            }
+            for (decision, r) in decided.into_iter().flatten().zip(group) {
                 let bucket = charted.filter(|&(key, _)| key == r.id).map(|(_, width)| width);
-                self.decide(token, r.id, r.t, r.cost, bucket);
+                self.record(decision, r.id, r.t, r.cost, bucket);
             }
         }
     }
 
     #[inline]
-    fn decide(&mut self, token: Prehashed, id: u32, t: u64, cost: u32, bucket: Option<u64>) {
-        let decision = self.limiter.check_prehashed(token, cost);
+    fn record(&mut self, decision: Decision, id: u32, t: u64, cost: u32, bucket: Option<u64>) {
         let admitted = decision.is_admitted();
         if admitted {
             self.admitted += 1;
@@ -406,9 +410,11 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         .map(|entry| {
             let clock = ManualClock::new(0);
             Ok(Run {
-                limiter: KeyedLimiter::try_with_clock(&entry.policy, args.capacity, clock.clone())
-                    .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
-                    .seeded(SEED),
+                limiter: KeyedLimiter::builder(&entry.policy, args.capacity)
+                    .clock(clock.clone())
+                    .seed(SEED)
+                    .build()
+                    .map_err(|e| format!("--capacity {}: {e}", args.capacity))?,
                 clock,
                 delays: entry.policy.delays().then(Vec::new),
                 peaks: Peaks::new(entry.span_ns, entry.policy.delays()),
@@ -484,7 +490,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             Some(trace) => {
                 let mut check = |l: &KeyedLimiter<u32, ManualClock>, key: &[u8], cost: u32| {
                     if let Some(id) = keys.find(key) {
-                        l.check_n(&id, cost);
+                        l.request(&id).cost(cost).check();
                     }
                 };
                 spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?
@@ -492,7 +498,10 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             None => spool::Search::Unreadable,
         };
         let what = format!("compare: {}: ", run.entry.policy);
-        eprintln!("{}", spool::eviction_note(&what, evictions, run.limiter.capacity(), search));
+        eprintln!(
+            "{}",
+            spool::eviction_note(&what, evictions, run.limiter.metrics().capacity, search)
+        );
     }
 
     if let Some((key, width, _)) = chart_plan {

@@ -6,7 +6,7 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 
 use ratewell::{
-    Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Prehashed, Resume,
+    Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Request, Resume,
 };
 
 use ratewell_cli::trace::Reader;
@@ -180,28 +180,31 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         return Ok(());
     }
     let policy = &policies[0];
-    let mut limiter =
-        KeyedLimiter::<[u8], _>::try_with_clock(policy, args.capacity, ManualClock::new(0))
-            .map_err(|e| format!("--capacity {}: {e}", args.capacity))?
-            .seeded(SEED);
+    let clock = ManualClock::new(0);
+    let mut limiter = KeyedLimiter::<[u8]>::builder(policy, args.capacity)
+        .clock(clock.clone())
+        .seed(SEED)
+        .build()
+        .map_err(|e| format!("--capacity {}: {e}", args.capacity))?;
     if let Some(file) = &args.load_state {
         let restored = File::open(file)
             .map_err(ratewell::SnapshotError::from)
-            .and_then(|f| limiter.restore_with(BufReader::new(f), Resume::SameClock));
+            .and_then(|f| limiter.restore(BufReader::new(f), Resume::SameClock));
         restored.map_err(|e| format!("--load-state {}: {e}", file.display()))?;
     }
-    let ahead = |key: &[u8]| limiter.prehash(key);
-    let decide = |t: u64, key: &[u8], token: Prehashed, cost: u32, line: u64| {
-        if key.contains(&b'|') {
-            let keys = key.split(|&b| b == b'|').count();
-            return Err(Failure::Read(format!(
-                "line {line}: {keys} keys for 1 policy: give one key, or one per --policy"
-            )));
-        }
-        limiter.clock().set(t);
-        let decision = limiter.check_prehashed(token, cost);
-        Ok(Decided { decision, layer: None, would: String::new() })
-    };
+    let ahead = |key: &[u8]| limiter.request(key).prefetch();
+    let decide =
+        |t: u64, key: &[u8], request: Request<'_, [u8], ManualClock>, cost: u32, line: u64| {
+            if key.contains(&b'|') {
+                let keys = key.split(|&b| b == b'|').count();
+                return Err(Failure::Read(format!(
+                    "line {line}: {keys} keys for 1 policy: give one key, or one per --policy"
+                )));
+            }
+            clock.set(t);
+            let decision = request.cost(cost).check();
+            Ok(Decided { decision, layer: None, would: String::new() })
+        };
     let copy = replay_trace(path, output, args.find_capacity, ahead, decide, Ok, 1)?;
     if let Some(file) = &args.save_state {
         limiter.save(file).map_err(|e| format!("--save-state {}: {e}", file.display()))?;
@@ -213,13 +216,13 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             _ if !args.find_capacity => spool::Search::NotAsked,
             Some(trace) => {
                 let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
-                    l.check_n(key, cost);
+                    l.request(key).cost(cost).check();
                 };
                 spool::avoiding_capacity(policy, trace, args.capacity, &mut check)?
             }
             None => spool::Search::Unreadable,
         };
-        eprintln!("{}", spool::eviction_note("", evictions, limiter.capacity(), search));
+        eprintln!("{}", spool::eviction_note("", evictions, limiter.metrics().capacity, search));
     }
     Ok(())
 }

@@ -79,15 +79,16 @@ fn evicts<K: std::hash::Hash + ?Sized>(
     capacity: usize,
     check: &mut Check<'_, K>,
 ) -> Result<Option<bool>, String> {
-    let Ok(limiter) = KeyedLimiter::<K, _>::try_with_clock(policy, capacity, ManualClock::new(0))
-    else {
+    let clock = ManualClock::new(0);
+    let built =
+        KeyedLimiter::<K>::builder(policy, capacity).clock(clock.clone()).seed(SEED).build();
+    let Ok(limiter) = built else {
         return Ok(None);
     };
-    let limiter = limiter.seeded(SEED);
     let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut reader = Reader::new(io::BufReader::with_capacity(1 << 16, file));
     while let Some(request) = reader.next().map_err(|e| e.to_string())? {
-        limiter.clock().set(request.t);
+        clock.set(request.t);
         check(&limiter, request.key, request.cost);
         if limiter.metrics().evictions > 0 {
             return Ok(Some(true));

@@ -30,9 +30,12 @@ struct Step {
 fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
     let Ok(policy) = text.parse::<Policy>() else { return };
     let clock = ManualClock::new(0);
-    let limiter =
-        KeyedLimiter::<u8, _>::with_clock(&policy, 8, clock.clone()).on_full(OnFull::Refuse);
-    assert_eq!(limiter.capacity(), 8);
+    let limiter = KeyedLimiter::<u8>::builder(&policy, 8)
+        .clock(clock.clone())
+        .on_full(OnFull::Refuse)
+        .build()
+        .expect("a table of this capacity");
+    assert_eq!(limiter.metrics().capacity, 8);
     let scale = policy.window_ns().clamp(1, 1 << 40);
     let mut models: HashMap<u8, M> = HashMap::new();
     let mut now = 0u64;
@@ -79,8 +82,11 @@ fn run<M: Model>(text: &str, fresh: M, ops: &[Step]) {
                 }
             }
         };
-        let got: Decision =
-            if peek { limiter.peek_n(&key, cost) } else { limiter.check_n(&key, cost) };
+        let got: Decision = if peek {
+            limiter.request(&key).cost(cost).peek()
+        } else {
+            limiter.request(&key).cost(cost).check()
+        };
         assert_eq!(
             Expected::of(&got),
             want,

@@ -30,23 +30,19 @@ fn policy(text: &str) -> Policy {
     text.parse().unwrap()
 }
 
-fn words() -> KeyedLimiter<u8, ManualClock> {
-    let l = KeyedLimiter::with_clock(
-        &policy("token-bucket capacity=3 rate=1/s"),
-        16,
-        ManualClock::new(5),
-    );
+fn words(clock: ManualClock) -> KeyedLimiter<u8, ManualClock> {
+    let l = KeyedLimiter::with_clock(&policy("token-bucket capacity=3 rate=1/s"), 16, clock);
     l.register(&policy("sliding-window limit=4 window=1m"))
         .map(|id| {
-            l.check_with(&9, &id, 2);
+            l.request(&9).policy(&id).cost(2).check();
             l.release(id);
         })
         .unwrap();
     l
 }
 
-fn logs() -> KeyedLimiter<u8, ManualClock> {
-    KeyedLimiter::with_clock(&policy("sliding-log limit=3 window=1s"), 16, ManualClock::new(5))
+fn logs(clock: ManualClock) -> KeyedLimiter<u8, ManualClock> {
+    KeyedLimiter::with_clock(&policy("sliding-log limit=3 window=1s"), 16, clock)
 }
 
 fn layered() -> LayeredLimiter<ManualClock> {
@@ -62,16 +58,16 @@ fn genuine(kind: u8) -> Vec<u8> {
     let mut bytes = Vec::new();
     match kind % 3 {
         0 => {
-            let l = words();
+            let l = words(ManualClock::new(5));
             for k in 0..6u8 {
-                let _ = l.check_n(&k, 1 + u32::from(k % 3));
+                let _ = l.request(&k).cost(1 + u32::from(k % 3)).check();
             }
             l.snapshot(&mut bytes).unwrap();
         }
         1 => {
-            let l = logs();
+            let l = logs(ManualClock::new(5));
             for k in 0..6u8 {
-                let _ = l.check_n(&k, 1 + u32::from(k % 2));
+                let _ = l.request(&k).cost(1 + u32::from(k % 2)).check();
             }
             l.snapshot(&mut bytes).unwrap();
         }
@@ -89,20 +85,22 @@ fn genuine(kind: u8) -> Vec<u8> {
 /// Restore into each kind of limiter; whatever is restored must then decide without panicking,
 /// and a refused restore must leave the limiter as it was.
 fn restore_all(bytes: &[u8]) {
-    for mut l in [words(), logs()] {
-        let before: Vec<u64> = (0..10u8).map(|k| l.peek_n(&k, 1).remaining()).collect();
-        match l.restore_with(bytes, Resume::SameClock) {
+    for make in [words, logs] {
+        let clock = ManualClock::new(5);
+        let mut l = make(clock.clone());
+        let before: Vec<u64> = (0..10u8).map(|k| l.request(&k).peek().remaining()).collect();
+        match l.restore(bytes, Resume::SameClock) {
             Ok(_) => {
                 for k in 0..10u8 {
-                    let _ = l.check_n(&k, 1 + u32::from(k));
-                    l.clock().advance(300_000_000);
-                    let _ = l.peek_n(&k, 2);
+                    let _ = l.request(&k).cost(1 + u32::from(k)).check();
+                    clock.advance(300_000_000);
+                    let _ = l.request(&k).cost(2).peek();
                 }
                 l.reclaim_fresh();
             }
             Err(e) => {
                 assert!(!e.to_string().is_empty());
-                let after: Vec<u64> = (0..10u8).map(|k| l.peek_n(&k, 1).remaining()).collect();
+                let after: Vec<u64> = (0..10u8).map(|k| l.request(&k).peek().remaining()).collect();
                 assert_eq!(before, after);
             }
         }

@@ -267,7 +267,7 @@ fn rejection_racing_admission() {
 /// A keyed limiter whose table is one bucket: every key competes for the same eight slots.
 fn one_bucket(text: &str, clock: ManualClock) -> Arc<KeyedLimiter<str, ManualClock>> {
     let limiter = KeyedLimiter::with_clock(&policy(text), 8, clock);
-    assert_eq!(limiter.capacity(), 8);
+    assert_eq!(limiter.metrics().capacity, 8);
     Arc::new(limiter)
 }
 
@@ -278,12 +278,12 @@ fn keyed_one_key_two_threads_inserting() {
     model(|| {
         let limiter = one_bucket("token-bucket capacity=3 rate=1/s", ManualClock::new(0));
         let l = Arc::clone(&limiter);
-        let other = thread::spawn(move || l.check_n("k", 2));
-        let mine = limiter.check_n("k", 2);
+        let other = thread::spawn(move || l.request("k").cost(2).check());
+        let mine = limiter.request("k").cost(2).check();
         let other = other.join().unwrap();
         assert_ne!(mine.is_admitted(), other.is_admitted(), "exactly one of two fits");
         assert_eq!(limiter.metrics().keys, 1);
-        assert_eq!(limiter.peek_n("k", 1).remaining(), 1, "2 of 3 taken, once");
+        assert_eq!(limiter.request("k").peek().remaining(), 1, "2 of 3 taken, once");
     });
 }
 
@@ -313,7 +313,7 @@ fn decision_racing_slot_reuse() {
     model(|| {
         let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
         for full in ["a", "b", "c", "d", "e", "f", "g"] {
-            assert!(limiter.check_n(full, 2).is_admitted());
+            assert!(limiter.request(full).cost(2).check().is_admitted());
         }
         // K has used 1 of 2: the candidate closest to full, so the victim when K2 arrives.
         assert!(limiter.check("K").is_admitted());
@@ -324,7 +324,7 @@ fn decision_racing_slot_reuse() {
         let _ = k.join().unwrap();
         // K2 holds exactly its own one request (1 of 2 remains), unless K, back for a slot,
         // evicted K2 in turn (K2 is then fresh). K's decision on K2 would fill it.
-        let peek = limiter.peek_n("K2", 1);
+        let peek = limiter.request("K2").peek();
         assert!(peek.is_admitted(), "K's decision landed on K2");
         match limiter.metrics().evictions {
             1 => assert_eq!(peek.remaining(), 1, "K2 lost its request"),
@@ -340,17 +340,18 @@ fn reclaim_racing_decision() {
     // At 1 s every key's window has expired: all eight are reclaimable. K2's insert reclaims one
     // while K takes a request: K's request must count (on K) and nothing is evicted.
     model(|| {
-        let limiter = one_bucket("fixed-window limit=2 window=1s", ManualClock::new(0));
+        let clock = ManualClock::new(0);
+        let limiter = one_bucket("fixed-window limit=2 window=1s", clock.clone());
         for key in ["K", "t", "u", "v", "w", "x", "y", "z"] {
             assert!(limiter.check(key).is_admitted());
         }
-        limiter.clock().set(S);
+        clock.set(S);
         let l = Arc::clone(&limiter);
         let k = thread::spawn(move || l.check("K").is_admitted());
         assert!(limiter.check("K2").is_admitted());
         assert!(k.join().unwrap());
-        assert_eq!(limiter.peek_n("K", 1).remaining(), 1, "K's request was lost");
-        assert_eq!(limiter.peek_n("K2", 1).remaining(), 1);
+        assert_eq!(limiter.request("K").peek().remaining(), 1, "K's request was lost");
+        assert_eq!(limiter.request("K2").peek().remaining(), 1);
         assert_eq!(limiter.metrics().evictions, 0, "only lossless reclaims were needed");
     });
 }
@@ -365,14 +366,14 @@ fn move_needed() -> (Arc<KeyedLimiter<str, ManualClock>>, String) {
         16,
         ManualClock::new(0),
     );
-    assert_eq!(limiter.capacity(), 16);
+    assert_eq!(limiter.metrics().capacity, 16);
     let names = (0..).map(|i| format!("k{i}"));
     let only_first: Vec<String> =
         names.clone().filter(|k| limiter.buckets_of(k.as_str()) == Some((0, 0))).take(8).collect();
     let movable = names.clone().find(|k| limiter.buckets_of(k.as_str()) == Some((0, 1))).unwrap();
     assert!(limiter.check(&movable).is_admitted());
     for k in &only_first[..7] {
-        assert!(limiter.check_n(k, 2).is_admitted());
+        assert!(limiter.request(k).cost(2).check().is_admitted());
     }
     let m = limiter.metrics();
     assert_eq!((m.keys, m.moves), (8, 0));
@@ -415,7 +416,7 @@ fn move_racing_decision() {
         let m = limiter.metrics();
         assert_eq!((m.keys, m.moves, m.evictions), (9, 1, 0));
         assert_eq!(limiter.buckets_of(k.as_str()), Some((0, 1)));
-        assert_eq!(limiter.peek_n(&k, 1).remaining(), 0, "K's second request was lost");
+        assert_eq!(limiter.request(&k).peek().remaining(), 0, "K's second request was lost");
     });
 }
 
@@ -426,7 +427,7 @@ fn restored(bytes: &[u8], capacity: usize) -> KeyedLimiter<str, ManualClock> {
         capacity,
         ManualClock::new(0),
     );
-    limiter.restore_with(bytes, ratewell::Resume::SameClock).expect("a whole snapshot");
+    limiter.restore(bytes, ratewell::Resume::SameClock).expect("a whole snapshot");
     limiter
 }
 
@@ -447,8 +448,8 @@ fn snapshot_racing_decision() {
         });
         assert!(limiter.check("K").is_admitted());
         let bytes = other.join().unwrap();
-        assert_eq!(limiter.peek_n("K", 1).remaining(), 0, "the decision was lost");
-        let left = restored(&bytes, 8).peek_n("K", 1).remaining();
+        assert_eq!(limiter.request("K").peek().remaining(), 0, "the decision was lost");
+        let left = restored(&bytes, 8).request("K").peek().remaining();
         assert!(left == 1 || left == 0, "a state K never had: {left} left");
     });
 }
@@ -472,7 +473,7 @@ fn snapshot_racing_move() {
         assert!(keys == 8 || keys == 9, "{keys} keys");
         let copy = restored(&bytes, 16);
         assert_eq!(copy.metrics().keys, keys);
-        assert_eq!(copy.peek_n(&k, 1).remaining(), 1, "K was lost");
+        assert_eq!(copy.request(&k).peek().remaining(), 1, "K was lost");
     });
 }
 
@@ -485,7 +486,7 @@ fn move_racing_lookup() {
         let (limiter, new) = move_needed();
         let l = Arc::clone(&limiter);
         let key = moved();
-        let other = thread::spawn(move || l.peek_n(&key, 1).remaining());
+        let other = thread::spawn(move || l.request(&key).peek().remaining());
         assert!(limiter.check(&new).is_admitted());
         assert_eq!(other.join().unwrap(), 1, "the lookup took K for absent");
         assert_eq!(limiter.metrics().moves, 1);

@@ -499,16 +499,16 @@ impl Keyed {
 impl Backend for Keyed {
     fn check(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
         self.clock.set(now);
-        let got = self.limiter.check_n("key", cost);
-        if self.limiter.allow_n("lean", cost) != got.is_admitted() {
+        let got = self.limiter.request("key").cost(cost).check();
+        if self.limiter.request("lean").cost(cost).allow() != got.is_admitted() {
             return Err(format!("allow_n disagrees with {got:?}"));
         }
         Ok(got)
     }
     fn peek(&mut self, now: u64, cost: u32) -> Result<Decision, String> {
         self.clock.set(now);
-        self.limiter.peek_n("lean", cost);
-        Ok(self.limiter.peek_n("key", cost))
+        self.limiter.request("lean").cost(cost).peek();
+        Ok(self.limiter.request("key").cost(cost).peek())
     }
 }
 

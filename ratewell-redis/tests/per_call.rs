@@ -28,11 +28,11 @@ impl Reference {
         for (key, p, cost, mode) in items {
             let id = &self.ids[*p];
             if *mode == Mode::Read {
-                out.push((false, self.table.peek_with(key, id, 1).remaining()));
+                out.push((false, self.table.request(key).policy(id).peek().remaining()));
                 charges.push(None);
                 continue;
             }
-            let (d, charge) = self.table.take_with(key, id, *cost);
+            let (d, charge) = self.table.request(key).policy(id).cost(*cost).take();
             let over = !d.is_admitted();
             match mode {
                 Mode::Enforce if over => admitted = false,
@@ -57,7 +57,7 @@ impl Reference {
                 self.table.refund(c);
             }
             for (key, p, _, _) in items {
-                remaining.push(self.table.peek_with(key, &self.ids[*p], 1).remaining());
+                remaining.push(self.table.request(key).policy(&self.ids[*p]).peek().remaining());
             }
         }
         (admitted, remaining)

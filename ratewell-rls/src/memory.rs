@@ -113,8 +113,8 @@ fn peek<C: Clock>(
     within: Option<u32>,
 ) -> ratewell::Decision {
     match within {
-        Some(limit) => table.peek_within(key, id, 1, limit),
-        None => table.peek_with(key, id, 1),
+        Some(limit) => table.request(key).within(id, limit).peek(),
+        None => table.request(key).policy(id).peek(),
     }
 }
 
@@ -283,6 +283,8 @@ pub struct MemoryStore<C: Clock> {
     seeds: [u64; 4],
     /// The capacity asked for (a restore builds its tables alike).
     capacity: usize,
+    /// The tables' clock.
+    clock: C,
     /// Every window registered, shared by the configurations and the overrides that use it.
     windows: Mutex<HashMap<u64, Weak<Registered<C>>>>,
     /// The windows of the overrides seen (one per unit: a handful), kept registered.
@@ -291,7 +293,7 @@ pub struct MemoryStore<C: Clock> {
 
 impl<C: Clock + Clone> std::fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("capacity", &self.table.capacity()).finish()
+        f.debug_struct("MemoryStore").field("capacity", &self.table.metrics().capacity).finish()
     }
 }
 
@@ -302,8 +304,8 @@ impl<C: Clock + Clone> MemoryStore<C> {
         // The tables' own policies decide no key: every decision names a registered one.
         let default: Policy = "fixed-window limit=1 window=1s".parse().expect("a valid policy");
         let log: Policy = "sliding-log limit=1 window=1s".parse().expect("a valid policy");
-        let table = KeyedLimiter::try_with_clock(&default, capacity, clock.clone())?;
-        let logs = KeyedLimiter::try_with_clock(&log, capacity, clock)?;
+        let table = KeyedLimiter::builder(&default, capacity).clock(clock.clone()).build()?;
+        let logs = KeyedLimiter::builder(&log, capacity).clock(clock.clone()).build()?;
         let random = ahash::RandomState::new();
         let seeds = [1u64, 2, 3, 4].map(|i| random.hash_one(i));
         Ok(MemoryStore {
@@ -312,6 +314,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
             hasher: hasher_of(seeds),
             seeds,
             capacity,
+            clock,
             windows: Mutex::new(HashMap::new()),
             overrides: Mutex::new(HashMap::new()),
         })
@@ -387,19 +390,17 @@ impl<C: Clock + Clone> MemoryStore<C> {
         }
         // Into new tables, put in place only once both are restored: nothing half-restored.
         let fresh = |like: &KeyedLimiter<u64, C>| {
-            KeyedLimiter::<u64, C>::try_with_clock(
-                &like.policy(),
-                self.capacity,
-                like.clock().clone(),
-            )
-            .map_err(|e| e.to_string())
+            KeyedLimiter::builder(&like.policy(), self.capacity)
+                .clock(self.clock.clone())
+                .build()
+                .map_err(|e| e.to_string())
         };
         let (mut table, mut logs) = (fresh(&self.table)?, fresh(&self.logs)?);
         let restored = table
-            .restore_with(parts[0], Resume::SameClock)
+            .restore(parts[0], Resume::SameClock)
             .map_err(|e| format!("the key table: {e}"))?;
         let logged = logs
-            .restore_with(parts[1], Resume::SameClock)
+            .restore(parts[1], Resume::SameClock)
             .map_err(|e| format!("the sliding logs' table: {e}"))?;
         self.table = Arc::new(table);
         self.logs = Arc::new(logs);
@@ -593,7 +594,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
         out.clear();
         // Per check: its key and registration (`None` for a limit of 0), and what it took.
         let mut taken: Vec<Taken<C>> = Vec::with_capacity(checks.len());
-        let now = self.table.clock().now();
+        let now = self.clock.now();
         for check in checks {
             let (registered, within) = match self.registration(prepared, &check.quota) {
                 Ok(Some((r, within))) => (Some(r), within),
@@ -627,8 +628,8 @@ impl<C: Clock + Clone> MemoryStore<C> {
                 Ok(0) => (peek(table, &key, id, within), None, false),
                 Ok(cost) => {
                     let (d, charge) = match within {
-                        Some(limit) => table.take_within(&key, id, cost, limit),
-                        None => table.take_with(&key, id, cost),
+                        Some(limit) => table.request(&key).within(id, limit).cost(cost).take(),
+                        None => table.request(&key).policy(id).cost(cost).take(),
                     };
                     let over = charge.is_none();
                     (d, charge, over)

@@ -1,11 +1,8 @@
 //! Administering a [`KeyedLimiter`]: forgetting a key ([`reset`]), dropping fresh keys
-//! ([`reclaim_fresh`]), and what the table holds ([`capacity`], [`memory_bytes`],
-//! [`metrics`]).
+//! ([`reclaim_fresh`]), and what the table holds ([`metrics`]).
 //!
 //! [`reset`]: KeyedLimiter::reset
 //! [`reclaim_fresh`]: KeyedLimiter::reclaim_fresh
-//! [`capacity`]: KeyedLimiter::capacity
-//! [`memory_bytes`]: KeyedLimiter::memory_bytes
 //! [`metrics`]: KeyedLimiter::metrics
 
 use std::hash::Hash;
@@ -29,21 +26,12 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         with_store!(self, store => store.reclaim_fresh(&self.registry, now))
     }
 
-    /// Keys the table can hold (the configured capacity rounded up to whole buckets).
-    pub fn capacity(&self) -> u64 {
+    /// Keys the table can hold ([`Metrics::capacity`]).
+    pub(crate) fn capacity(&self) -> u64 {
         with_store!(self, store => store.capacity())
     }
 
-    /// Bytes of per-key storage: for the one-word algorithms, 16 bytes a key, allocated up front
-    /// (plus a fixed overhead of a few KiB); for the sliding log, what is allocated now for its
-    /// keys (a node and an index entry, about 80 bytes) and their logs (16 bytes an entry), which
-    /// grows with use up to the capacity in keys and the limit in entries per key, and never
-    /// beyond.
-    pub fn memory_bytes(&self) -> u64 {
-        with_store!(self, store => store.memory_bytes())
-    }
-
-    /// The counters. Cheap to update: table counters are per shard and written only under the
+    /// The counters, the capacity and the memory held. Cheap to update: table counters are per shard and written only under the
     /// shard's insert lock; admitted/rejected are per-thread cells.
     pub fn metrics(&self) -> Metrics {
         let stats = with_store!(self, store => store.stats());
@@ -51,6 +39,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         Metrics {
             keys: stats.len,
             capacity: self.capacity(),
+            memory_bytes: with_store!(self, store => store.memory_bytes()),
             reclaims: stats.reclaims,
             evictions: stats.evictions,
             refused: stats.refused,

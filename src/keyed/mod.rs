@@ -3,16 +3,17 @@
 //!
 //! [`KeyedLimiter`]'s API, one concern per file:
 //!
-//! - this file: the limiter, building it, and deciding one key (`check`, `allow`, `peek_n`, and
-//!   the crate's paths by hash);
-//! - `batch.rs`: deciding keys out of cache (`check_batch`, `allow_batch`, `prehash`);
+//! - this file: the limiter, its constructors, and its two plain decisions (`check`, `allow`),
+//!   with the crate's paths by hash;
+//! - `builder.rs`: [`Builder`], for a limiter's clock, seed and full-table behaviour;
+//! - `request.rs`: [`Request`], a decision with its options (cost, registered policy, a limit per
+//!   call, prefetching) and its verbs (`check`, `allow`, `peek`, `take`), and `refund`;
+//! - `batch.rs`: deciding keys out of cache (`batch`);
 //! - `policies.rs`: its policies (`set_policy`, the overrides, `register` and `release`);
-//! - `registered.rs`: deciding under a registered policy (`check_with`, `take_with`,
-//!   `take_within`, `peek_with`) and refunding its charges;
-//! - `admin.rs`: forgetting keys, capacity, memory and metrics;
+//! - `admin.rs`: forgetting keys and metrics;
 //! - `snapshot.rs`: snapshots and restores;
 //! - `values.rs`: the values its methods take and return ([`PolicyId`], [`Charge`],
-//!   [`Prehashed`], [`Metrics`]).
+//!   [`Metrics`]).
 
 mod counts;
 mod ip;
@@ -25,8 +26,9 @@ mod snapshot;
 // After `store`: they use its `with_store!`.
 mod admin;
 mod batch;
+mod builder;
 mod policies;
-mod registered;
+mod request;
 mod values;
 
 use std::hash::Hash;
@@ -35,9 +37,11 @@ use std::marker::PhantomData;
 use crate::algorithms::Algorithm;
 use crossbeam_utils::CachePadded;
 
+pub use self::builder::Builder;
 pub use self::ip::{IpKey, IpPrefixes};
+pub use self::request::Request;
 pub use self::table::{CapacityError, OnFull};
-pub use self::values::{Charge, Metrics, PolicyId, Prehashed};
+pub use self::values::{Charge, Metrics, PolicyId};
 
 use self::counts::Counts;
 use self::log_table::LogTable;
@@ -52,7 +56,7 @@ use crate::policy::Policy;
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
-/// Memory is allocated once, for `capacity` keys (16 bytes each, see [`KeyedLimiter::memory_bytes`]),
+/// Memory is allocated once, for `capacity` keys (16 bytes each, see [`Metrics::memory_bytes`]),
 /// and never grows. A decision for a key already present takes no lock and allocates nothing; a
 /// new key takes its shard's insert lock. When a new key's candidate slots are all taken, keys
 /// whose state is indistinguishable from a fresh key's are reclaimed first (no decision changes);
@@ -66,12 +70,21 @@ use crate::policy::Policy;
 /// of keys, a sparser table also keeps keys of different threads from sharing cache lines (an
 /// admission writes its key's line; see `benches/README.md`, *Contention*).
 ///
-/// For keys out of cache (millions of them), [`check_batch`](Self::check_batch) decides a slice
-/// of requests with their memory accesses overlapped, and [`prehash`](Self::prehash) lets a
-/// caller pipeline single decisions by hand.
-///
 /// Keys are hashed with a per-process-seeded `ahash` and stored as 54-bit fingerprints: hash the
 /// same type for the same key (`&str` and `String` hash alike; `u32` and `u64` do not).
+///
+/// # The API on one screen
+///
+/// | to | call |
+/// |---|---|
+/// | build | [`new`](Self::new), [`with_clock`](Self::with_clock), [`builder`](Self::builder) (seed, full-table behaviour, errors as values) |
+/// | decide one request of cost 1 | [`check`](Self::check) (a [`Decision`]), [`allow`](Self::allow) (a `bool`, the lean path) |
+/// | decide anything else | [`request`](Self::request)`(key)`, then its options ([`cost`](Request::cost), [`policy`](Request::policy), [`within`](Request::within), [`prefetch`](Request::prefetch)) and one verb ([`check`](Request::check), [`allow`](Request::allow), [`peek`](Request::peek), [`take`](Request::take)) |
+/// | decide many keys out of cache | [`batch`](Self::batch) |
+/// | take an admission back | [`refund`](Self::refund) a [`Charge`] from [`Request::take`] |
+/// | policies | [`set_policy`](Self::set_policy), [`set_override`](Self::set_override), [`policy`](Self::policy), [`policy_of`](Self::policy_of), [`register`](Self::register), [`release`](Self::release) |
+/// | administer | [`reset`](Self::reset), [`reclaim_fresh`](Self::reclaim_fresh), [`metrics`](Self::metrics) |
+/// | persist | [`snapshot`](Self::snapshot), [`save`](Self::save), [`restore`](Self::restore) |
 ///
 /// # Examples
 ///
@@ -81,12 +94,13 @@ use crate::policy::Policy;
 /// let policy: Policy = "sliding-window limit=2 window=1m".parse()?;
 /// let limiter = KeyedLimiter::with_clock(&policy, 10_000, ManualClock::new(0));
 /// assert!(limiter.check("alice").is_admitted());
-/// assert!(limiter.check("alice").is_admitted());
+/// assert!(limiter.allow("alice"));
 /// assert!(!limiter.check("alice").is_admitted());
-/// assert!(limiter.check("bob").is_admitted());
+/// assert!(limiter.request("bob").cost(2).check().is_admitted());
+/// assert_eq!(limiter.request("bob").peek().remaining(), 0);
 ///
 /// // A premium key gets another quota.
-/// limiter.set_override("carol", &"sliding-window limit=100 window=1m".parse()?)?;
+/// limiter.set_override("carol", Some(&"sliding-window limit=100 window=1m".parse()?))?;
 /// assert_eq!(limiter.check("carol").limit(), 100);
 ///
 /// let m = limiter.metrics();
@@ -124,26 +138,35 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
     /// # Panics
     ///
     /// If `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY) or the table cannot be
-    /// allocated; [`try_new`](Self::try_new) returns either as an error instead.
+    /// allocated; [`Builder::build`] returns either as an error instead.
     pub fn new(policy: &Policy, capacity: usize) -> Self {
         Self::with_clock(policy, capacity, QuantaClock::new())
     }
 
-    /// A keyed limiter for up to `capacity` keys, on the TSC clock, or why it cannot be built.
+    /// A builder of a keyed limiter for up to `capacity` keys under `policy`, for what
+    /// [`new`](Self::new) does not set: another clock, a fixed seed, what a full table does, and
+    /// a capacity it cannot allocate as an error rather than a panic.
     ///
     /// # Examples
     ///
     /// ```
-    /// use ratewell::{CapacityError, KeyedLimiter, Policy};
+    /// use ratewell::{CapacityError, KeyedLimiter, ManualClock, OnFull, Policy};
     ///
     /// let policy: Policy = "token-bucket capacity=10 rate=1/s".parse()?;
-    /// let err = KeyedLimiter::<str>::try_new(&policy, usize::MAX).unwrap_err();
+    /// let err = KeyedLimiter::<str>::builder(&policy, usize::MAX).build().unwrap_err();
     /// assert!(matches!(err, CapacityError::TooLarge { .. }));
-    /// assert!(KeyedLimiter::<str>::try_new(&policy, 1_000).is_ok());
-    /// # Ok::<(), ratewell::PolicyError>(())
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let limiter = KeyedLimiter::<str>::builder(&policy, 1_000)
+    ///     .clock(clock.clone())
+    ///     .seed(7)
+    ///     .on_full(OnFull::Refuse)
+    ///     .build()?;
+    /// assert!(limiter.allow("k"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_new(policy: &Policy, capacity: usize) -> Result<Self, CapacityError> {
-        Self::try_with_clock(policy, capacity, QuantaClock::new())
+    pub fn builder(policy: &Policy, capacity: usize) -> Builder<K, QuantaClock> {
+        Builder::new(policy, capacity, QuantaClock::new())
     }
 }
 
@@ -152,14 +175,15 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub const MAX_CAPACITY: u64 = MAX_CAPACITY;
 
     /// A keyed limiter for up to `capacity` keys (rounded up to whole 128-byte buckets of eight
-    /// keys), reading time from `clock`.
+    /// keys), reading time from `clock`. Keep a handle on a clock you set by hand
+    /// ([`ManualClock`](crate::ManualClock) is one, shared by its clones).
     ///
     /// # Panics
     ///
     /// If `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY) or the table cannot be
-    /// allocated; [`try_with_clock`](Self::try_with_clock) returns either as an error instead.
+    /// allocated; [`Builder::build`] returns either as an error instead.
     pub fn with_clock(policy: &Policy, capacity: usize, clock: C) -> Self {
-        match Self::try_with_clock(policy, capacity, clock) {
+        match Builder::new(policy, capacity, clock).build() {
             Ok(limiter) => limiter,
             Err(e) => panic!("KeyedLimiter: {e}"),
         }
@@ -167,8 +191,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
 
     /// A keyed limiter for up to `capacity` keys reading time from `clock`, or why it cannot be
     /// built: a capacity above [`MAX_CAPACITY`](Self::MAX_CAPACITY), or a table the allocator
-    /// refused (the memory is allocated here, once: [`memory_bytes`](Self::memory_bytes)).
-    pub fn try_with_clock(
+    /// refused (the memory is allocated here, once).
+    pub(crate) fn try_with_clock(
         policy: &Policy,
         capacity: usize,
         clock: C,
@@ -201,28 +225,9 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         })
     }
 
-    /// The same limiter with its keys hashed from `seed` instead of a seed drawn per process:
-    /// the same keys then take the same slots in every run, so which keys are evicted (and so
-    /// every decision) is reproducible. `ratewell replay` and `compare` use it. Call it on a new
-    /// limiter: it forgets every key and override the limiter holds.
-    ///
-    /// Whoever knows the seed can choose keys that share candidate slots: a limiter keyed by
-    /// what clients send (addresses, API keys) should keep the default, random seed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
-    ///
-    /// let policy: Policy = "token-bucket capacity=1 rate=1/h".parse()?;
-    /// let run = || {
-    ///     let limiter = KeyedLimiter::<u32, _>::with_clock(&policy, 8, ManualClock::new(0)).seeded(7);
-    ///     (0..100u32).map(|k| limiter.allow(&(k % 40))).collect::<Vec<_>>()
-    /// };
-    /// assert_eq!(run(), run()); // the same evictions, the same decisions
-    /// # Ok::<(), ratewell::PolicyError>(())
-    /// ```
-    pub fn seeded(mut self, seed: u64) -> Self {
+    /// Hash keys from `seed` instead of a seed drawn per process (see [`Builder::seed`]),
+    /// forgetting every key and override.
+    pub(crate) fn reseed(&mut self, seed: u64) {
         // Four words from one (the constants are the digits of pi, as in `table.rs`).
         self.seeds = [
             seed,
@@ -234,52 +239,36 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let secret = self.hasher.hash_one(0x5eed_u64);
         with_store!(mut self, store => store.reseed(secret));
         self.registry.clear_overrides();
-        self
     }
 
-    /// What to do when a new key finds every candidate slot live (default: evict the one whose
-    /// loss grants the least extra capacity).
-    pub fn on_full(mut self, on_full: OnFull) -> Self {
+    /// What a new key does when every candidate slot is live (see [`Builder::on_full`]).
+    pub(crate) fn set_on_full(&mut self, on_full: OnFull) {
         with_store!(mut self, store => store.set_on_full(on_full));
-        self
     }
 
-    /// Decide a request of cost 1 for `key` and take it if admitted.
+    /// Decide a request of cost 1 for `key` under its policy, and take it if admitted. For
+    /// another cost, policy or a peek, see [`request`](Self::request).
     #[inline]
     pub fn check(&self, key: &K) -> Decision {
-        self.check_n(key, 1)
-    }
-
-    /// Decide a request of `cost` for `key` and take it if admitted. `cost` 0 is treated as 1.
-    #[inline]
-    pub fn check_n(&self, key: &K, cost: u32) -> Decision {
-        let decision = self.decide::<Decision>(key, cost.max(1));
+        let decision = self.decide::<Decision>(key, 1);
         self.counts.record(decision.is_admitted());
         decision
     }
 
-    /// Whether a request of cost 1 for `key` is admitted, taking it if so: the lean path.
+    /// Whether a request of cost 1 for `key` is admitted, taking it if so: the lean path, for
+    /// callers that need only yes or no. It computes none of the decision's details (see
+    /// [`Limiter::allow_n`](crate::Limiter::allow_n)); the admission itself is
+    /// [`check`](Self::check)'s.
     #[inline]
     pub fn allow(&self, key: &K) -> bool {
-        self.allow_n(key, 1)
-    }
-
-    /// Whether a request of `cost` for `key` is admitted, taking it if so: the lean path, for
-    /// callers that need only yes or no. It computes none of the decision's details (see
-    /// [`Limiter::allow_n`](crate::Limiter::allow_n)); the admission itself is the same.
-    #[inline]
-    pub fn allow_n(&self, key: &K, cost: u32) -> bool {
-        let admitted = self.decide::<bool>(key, cost.max(1));
+        let admitted = self.decide::<bool>(key, 1);
         self.counts.record(admitted);
         admitted
     }
 
-    /// Decide a request of `cost` for `key` without taking anything, and report the key's state
-    /// as it is: whether the request would be admitted now (and if not, when it would be), with
-    /// the remaining quota, reset and replenish times *before* it, not after it. `peek_n(key, 1)`
-    /// is the key's current quota, for `RateLimit` fields on a response the limiter did not
-    /// decide. A peek is not counted in [`metrics`](Self::metrics) and stores nothing (a new key
-    /// stays absent).
+    /// A request for `key`: cost 1 under the key's policy until its options say otherwise, and
+    /// decided by one of its verbs ([`Request::check`], [`Request::allow`], [`Request::peek`],
+    /// [`Request::take`]). The key is hashed here, once.
     ///
     /// # Examples
     ///
@@ -288,16 +277,14 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     ///
     /// let policy: Policy = "fixed-window limit=10 window=1m".parse()?;
     /// let limiter = KeyedLimiter::with_clock(&policy, 1_000, ManualClock::new(0));
-    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 10); // nothing taken yet
-    /// assert_eq!(limiter.check("k").remaining(), 9); // after taking one
-    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 9);
+    /// assert_eq!(limiter.request("k").peek().remaining(), 10); // nothing taken
+    /// assert_eq!(limiter.request("k").cost(4).check().remaining(), 6);
+    /// assert!(!limiter.request("k").cost(7).allow());
     /// # Ok::<(), ratewell::PolicyError>(())
     /// ```
     #[inline]
-    pub fn peek_n(&self, key: &K, cost: u32) -> Decision {
-        let hash = self.hasher.hash_one(key);
-        let now = self.floor.now(&self.clock);
-        self.peek_hashed(hash, now, cost.max(1))
+    pub fn request<'a>(&'a self, key: &K) -> Request<'a, K, C> {
+        Request::new(self, self.hasher.hash_one(key))
     }
 
     /// The hasher the table knows keys by.
@@ -330,7 +317,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         Receipt::of(hash, charged.idx, charged.charge, cost)
     }
 
-    /// [`allow_n`](Self::allow_n) for the key hashed `hash` at `now`: whether it was admitted
+    /// [`allow`](Self::allow) for the key hashed `hash` at `now`: whether it was admitted
     /// (no receipt: an admission nothing will take back).
     #[inline]
     pub(crate) fn allow_hashed(&self, hash: u64, now: u64, cost: u32) -> bool {
@@ -340,7 +327,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         admitted
     }
 
-    /// [`peek_n`](Self::peek_n) for the key hashed `hash` at `now`.
+    /// [`Request::peek`] for the key hashed `hash` at `now`.
     #[inline]
     pub(crate) fn peek_hashed(&self, hash: u64, now: u64, cost: u32) -> Decision {
         with_store!(self, store => store.peek(&self.registry, hash, now, cost))
@@ -385,10 +372,5 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             Backend::Words(table) => Some(table.buckets_of(self.hasher.hash_one(key))),
             Backend::Logs(_) => None,
         }
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }

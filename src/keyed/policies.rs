@@ -1,10 +1,9 @@
 //! [`KeyedLimiter`]'s policies: the default ([`set_policy`]), per-key overrides
-//! ([`set_override`], [`clear_override`]), the policies registered for decisions that name one
-//! ([`register`], [`release`]), and the conversion of keys from one policy to another.
+//! ([`set_override`]), the policies registered for decisions that name one ([`register`],
+//! [`release`]), and the conversion of keys from one policy to another.
 //!
 //! [`set_policy`]: KeyedLimiter::set_policy
 //! [`set_override`]: KeyedLimiter::set_override
-//! [`clear_override`]: KeyedLimiter::clear_override
 //! [`register`]: KeyedLimiter::register
 //! [`release`]: KeyedLimiter::release
 
@@ -36,30 +35,38 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// use ratewell::{KeyedLimiter, ManualClock, Policy};
     ///
     /// let limiter = KeyedLimiter::<str, _>::with_clock(&"token-bucket capacity=10 rate=1/h".parse()?, 100, ManualClock::new(0));
-    /// assert!(limiter.check_n("k", 10).is_admitted()); // exhausted
+    /// assert!(limiter.request("k").cost(10).check().is_admitted()); // exhausted
     /// limiter.set_policy(&"token-bucket capacity=14 rate=1/h".parse()?)?;
-    /// assert_eq!(limiter.peek_n("k", 1).remaining(), 4); // 10 consumed of 14, not a fresh 14
+    /// assert_eq!(limiter.request("k").peek().remaining(), 4); // 10 consumed of 14, not a fresh 14
     /// # Ok::<(), ratewell::PolicyError>(())
     /// ```
     pub fn set_policy(&self, policy: &Policy) -> Result<(), PolicyError> {
         self.registry.set_default(policy, &|locked| self.sweep(locked))
     }
 
-    /// Give `key` its own policy (a premium API key, an internal service). A key present keeps
-    /// what it consumed (see [`set_policy`](Self::set_policy)).
-    pub fn set_override(&self, key: &K, policy: &Policy) -> Result<(), PolicyError> {
+    /// Give `key` its own policy (a premium API key, an internal service), or with `None` return
+    /// it to the limiter's policy. A key present keeps what it consumed (see
+    /// [`set_policy`](Self::set_policy)). Fails as [`set_policy`](Self::set_policy) fails
+    /// (clearing an override cannot fail).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, Policy};
+    ///
+    /// let limiter = KeyedLimiter::<str>::new(&"fixed-window limit=10 window=1m".parse()?, 100);
+    /// let premium: Policy = "fixed-window limit=1000 window=1m".parse()?;
+    /// limiter.set_override("vip", Some(&premium))?;
+    /// assert_eq!(limiter.check("vip").remaining(), 999);
+    /// limiter.set_override("vip", None)?;
+    /// assert_eq!(limiter.check("vip").remaining(), 8); // two of ten consumed
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    pub fn set_override(&self, key: &K, policy: Option<&Policy>) -> Result<(), PolicyError> {
         let hash = self.hasher.hash_one(key);
-        self.registry.set_override(self.fingerprint(hash), Some(policy), &|l| self.sweep(l))?;
+        self.registry.set_override(self.fingerprint(hash), policy, &|l| self.sweep(l))?;
         self.migrate(hash);
         Ok(())
-    }
-
-    /// Return `key` to the limiter's policy, keeping what it consumed.
-    pub fn clear_override(&self, key: &K) {
-        let hash = self.hasher.hash_one(key);
-        // Clearing cannot fail: it registers nothing.
-        let _ = self.registry.set_override(self.fingerprint(hash), None, &|l| self.sweep(l));
-        self.migrate(hash);
     }
 
     /// The policy `key` is decided under: its override, or the limiter's policy.
@@ -71,7 +78,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     ///
     /// let limiter = KeyedLimiter::<str>::new(&"fixed-window limit=10 window=1m".parse()?, 100);
     /// let premium: Policy = "fixed-window limit=1000 window=1m".parse()?;
-    /// limiter.set_override("vip", &premium)?;
+    /// limiter.set_override("vip", Some(&premium))?;
     /// assert_eq!(limiter.policy_of("vip"), premium);
     /// assert_eq!(limiter.policy_of("anyone"), limiter.policy());
     /// # Ok::<(), ratewell::PolicyError>(())
@@ -124,16 +131,17 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// let limiter = KeyedLimiter::<str, _>::with_clock(&p("fixed-window limit=1 window=1s"), 1_000, ManualClock::new(0));
     /// let per_minute = limiter.register(&p("fixed-window limit=3 window=1m"))?;
     /// let per_hour = limiter.register(&p("fixed-window limit=100 window=1h"))?;
-    /// assert_eq!(limiter.check_with("alice", &per_minute, 3).remaining(), 0);
-    /// assert!(!limiter.check_with("alice", &per_minute, 1).is_admitted());
-    /// assert_eq!(limiter.check_with("bob", &per_hour, 1).remaining(), 99);
+    /// assert_eq!(limiter.request("alice").policy(&per_minute).cost(3).check().remaining(), 0);
+    /// assert!(!limiter.request("alice").policy(&per_minute).allow());
+    /// assert_eq!(limiter.request("bob").policy(&per_hour).check().remaining(), 99);
+    /// assert_eq!(per_hour.policy(), &p("fixed-window limit=100 window=1h"));
     /// limiter.release(per_minute);
     /// limiter.release(per_hour);
     /// # Ok::<(), ratewell::PolicyError>(())
     /// ```
     pub fn register(&self, policy: &Policy) -> Result<PolicyId, PolicyError> {
         let (idx, word) = self.registry.pin(policy, &|locked| self.sweep(locked))?;
-        Ok(PolicyId { idx, word, owner: self.owner() })
+        Ok(PolicyId { idx, word, owner: self.owner(), policy: policy.clone() })
     }
 
     /// Hand back an id from [`register`](Self::register). Once every id of a policy is
@@ -146,15 +154,5 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub fn release(&self, id: PolicyId) {
         self.check_owner(id.owner);
         self.registry.unpin(id.idx);
-    }
-
-    /// The policy `id` stands for.
-    ///
-    /// # Panics
-    ///
-    /// If `id` was registered with another limiter.
-    pub fn policy_of_id(&self, id: &PolicyId) -> Policy {
-        self.check_owner(id.owner);
-        self.registry.policy(id.idx).clone()
     }
 }

@@ -62,17 +62,17 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// # Examples
     ///
     /// ```
-    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy, Resume};
     ///
     /// let policy: Policy = "fixed-window limit=3 window=1h".parse()?;
     /// let limiter = KeyedLimiter::<str, _>::with_clock(&policy, 1_000, ManualClock::new(0));
-    /// limiter.check_n("alice", 2);
+    /// limiter.request("alice").cost(2).check();
     /// let mut bytes = Vec::new();
     /// limiter.snapshot(&mut bytes)?;
     ///
     /// // Another process, later: alice's spent budget is still spent.
     /// let mut restarted = KeyedLimiter::<str, _>::with_clock(&policy, 1_000, ManualClock::new(0));
-    /// let restored = restarted.restore(&bytes[..])?;
+    /// let restored = restarted.restore(&bytes[..], Resume::WallClock)?;
     /// assert_eq!(restored.keys, 1);
     /// assert_eq!(restarted.check("alice").remaining(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -101,17 +101,6 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         (bytes, info)
     }
 
-    /// Replace every key's state by a snapshot's, counting the system time that passed since it
-    /// was taken ([`Resume::WallClock`]). See [`restore_with`](Self::restore_with).
-    pub fn restore(&mut self, r: impl Read) -> Result<Restored, SnapshotError> {
-        self.restore_with(r, Resume::WallClock)
-    }
-
-    /// [`restore`](Self::restore) from the file at `path`.
-    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<Restored, SnapshotError> {
-        self.restore(std::fs::File::open(path)?)
-    }
-
     /// Replace every key's state by the snapshot read from `r`, with time passed as `resume`
     /// says.
     ///
@@ -133,11 +122,10 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// limiter of the snapshot's capacity for one-word states (a key's place is not computable
     /// from its stored fingerprint at another capacity); a sliding log's table can be restored
     /// at any capacity, the keys that do not fit counted in [`Restored::dropped`].
-    pub fn restore_with(
-        &mut self,
-        r: impl Read,
-        resume: Resume,
-    ) -> Result<Restored, SnapshotError> {
+    ///
+    /// [`Resume::WallClock`] counts the system time that passed since the snapshot was taken; a
+    /// snapshot from a file is `File::open(path)?`.
+    pub fn restore(&mut self, r: impl Read, resume: Resume) -> Result<Restored, SnapshotError> {
         let bytes = snapshot::read_all(r, self.snapshot_limit())?;
         let parsed = self.parse_snapshot(&bytes)?;
         let elapsed = snapshot::elapsed(resume, parsed.header.anchor);

@@ -150,11 +150,10 @@ impl<C: Clock> LayeredLimiter<C> {
             .into_iter()
             .map(|Layer { name, policy, capacity, seed }| {
                 match KeyedLimiter::try_with_clock(&policy, capacity, ManualClock::new(0)) {
-                    Ok(table) => {
-                        let table = match seed {
-                            Some(seed) => table.seeded(seed),
-                            None => table,
-                        };
+                    Ok(mut table) => {
+                        if let Some(seed) = seed {
+                            table.reseed(seed);
+                        }
                         Ok(LayerState { name, policy, table })
                     }
                     Err(error) => Err(LayersError::Capacity { layer: name, error }),
