@@ -41,6 +41,8 @@
 //!
 //! - `prometheus`: [`prometheus::LayerCollector`] and [`prometheus::LimiterCollector`],
 //!   collectors of prometheus-client for the limiter's and the engine's metrics.
+//! - `proxy`: [`proxy`], the command line of the example proxies of `ratewell-tower` and
+//!   `ratewell-pingora` (one parser, [`proxy::ProxyArgs`], and its usage text); std only.
 //!
 //! [ratewell]: https://docs.rs/ratewell
 
@@ -53,6 +55,8 @@ mod limiter;
 mod metrics;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 mod response;
 
 pub use builder::{BuildError, Builder, Limit};

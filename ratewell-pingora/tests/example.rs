@@ -1,30 +1,18 @@
 //! The proxy example, started as a process in front of an upstream of this test's: 429 after
 //! the burst, and bad arguments exit 2.
 
+#[path = "../../ratewell-http/tests/support/proxy_example.rs"]
+mod proxy_example;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The example's binary, built once per test run next to the tests' directory.
+/// The example's binary, built once per test run.
 fn proxy_binary() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args(["build", "-q", "--example", "proxy"]);
-            if dir.file_name().is_some_and(|d| d == "release") {
-                build.arg("--release");
-            }
-            assert!(build.status().unwrap().success(), "building the proxy example");
-            dir.join("examples").join(format!("proxy{}", std::env::consts::EXE_SUFFIX))
-        })
-        .clone()
+    proxy_example::proxy_example(&[])
 }
 
 struct Running(Child);
@@ -126,6 +114,17 @@ fn bad_arguments_exit_2() {
             "nonsense",
         ],
         &["--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--pingora-limits", "0"],
+        // The tower example's metrics and state: not options of this one.
+        &[
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+            "--policy",
+            "fixed-window limit=1 window=1s",
+            "--state",
+            "state.bin",
+        ],
         &["--bogus"],
     ] {
         let out = Command::new(proxy_binary()).args(args).output().unwrap();

@@ -30,146 +30,26 @@ use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::prometheus_text;
 #[cfg(feature = "prometheus")]
 use prometheus_client::registry::Registry;
-use ratewell_tower::{
-    Absent, BuildError, ForwardedHeader, Key, Limit, RateLimitLayer, TrustedProxies,
-};
+use ratewell_http::proxy::{ArgsError, Extras, ProxyArgs, usage};
+use ratewell_tower::{Absent, BuildError, ForwardedHeader, Limit, RateLimitLayer, TrustedProxies};
 use tokio::signal::unix::{SignalKind, signal};
 use tower::{Layer, ServiceBuilder};
 
-const HELP: &str = "\
-A rate-limiting reverse proxy (ratewell-tower example).
+/// The options this proxy serves beyond the common ones (`--metrics` needs the `prometheus`
+/// feature too: without it, `main` refuses it).
+const EXTRAS: Extras = Extras { metrics: true, state: true, comparison: false };
 
-usage: proxy --listen ADDR --upstream HOST:PORT [--policy POLICY] [--layer NAME:KEY:POLICY]...
-             [--require NAME]... [--trusted-proxy CIDR]... [--forwarded] [--dry-run]
-             [--no-headers] [--metrics ADDR] [--state FILE [--state-interval SECONDS]]
+const ABOUT: &str = "A rate-limiting reverse proxy (ratewell-tower example).\n";
 
-  --listen ADDR            address to serve on (127.0.0.1:8080; port 0 picks a free one)
-  --upstream HOST:PORT     the HTTP server requests are forwarded to
-  --policy POLICY          a limit named \"ip\" per client address, in the policy grammar:
-                           'token-bucket capacity=20 rate=10/s'
-  --layer NAME:KEY:POLICY  a limit named NAME, keyed by KEY, one of
-                             ip              the client address (IPv6 per /64)
-                             header=NAME     a request header (an API key)
-                             bearer          the token of 'Authorization: Bearer'
-                             path            the request path
-                             global          one budget for every request
-                           e.g. --layer 'key:header=x-api-key:sliding-window limit=100 window=1m'
-                           Limits apply in order, all or nothing.
-  --require NAME           answer 401 to a request without limit NAME's key (default: skip
-                           the limit for that request)
-  --trusted-proxy CIDR     a proxy in front of this one whose forwarding header names the client
-                           (repeatable; the client is the rightmost untrusted address)
-  --forwarded              read RFC 7239 'Forwarded' from trusted proxies, not X-Forwarded-For
-  --dry-run                reject nothing; headers and metrics as if enforcing
-  --no-headers             no RateLimit fields on admitted responses
-  --metrics ADDR           serve Prometheus metrics (text format 0.0.4) at http://ADDR/metrics
-                           (port 0 picks a free one)
-  --state FILE             keep the limits' keys across restarts: read FILE at start (if it
-                           exists; one that cannot be restored is reported, and the limits start
-                           empty), write it every --state-interval and on SIGTERM or SIGINT,
-                           then exit
-  --state-interval SECONDS how often to write --state (default 10)
-
-It prints 'listening on ADDR' once it serves (then 'metrics on ADDR' with --metrics). Rejected requests get 429 with Retry-After,
+const NOTES: &str = "\
+It prints 'listening on ADDR' once it serves (then 'metrics on ADDR' with --metrics; port 0 in
+either picks a free one, which ADDR names). Rejected requests get 429 with Retry-After,
 RateLimit-Policy, RateLimit and a problem-details body; admitted ones are forwarded with the
 client's address appended to X-Forwarded-For.
 ";
 
-struct Options {
-    listen: String,
-    upstream: String,
-    limits: Vec<(String, String, String)>,
-    required: Vec<String>,
-    trusted: Vec<String>,
-    forwarded: bool,
-    dry_run: bool,
-    headers: bool,
-    metrics: Option<String>,
-    state: Option<std::path::PathBuf>,
-    state_interval: std::time::Duration,
-}
-
-fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut o = Options {
-        listen: String::new(),
-        upstream: String::new(),
-        limits: Vec::new(),
-        required: Vec::new(),
-        trusted: Vec::new(),
-        forwarded: false,
-        dry_run: false,
-        headers: true,
-        metrics: None,
-        state: None,
-        state_interval: std::time::Duration::from_secs(10),
-    };
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--help" | "-h" => return Err(String::new()),
-            "--listen" => o.listen = value()?,
-            "--upstream" => o.upstream = value()?,
-            "--policy" => o.limits.push(("ip".into(), "ip".into(), value()?)),
-            "--layer" => {
-                let spec = value()?;
-                let mut parts = spec.splitn(3, ':');
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(name), Some(key), Some(policy)) => {
-                        o.limits.push((name.into(), key.into(), policy.into()))
-                    }
-                    _ => return Err(format!("--layer {spec:?}: expected NAME:KEY:POLICY")),
-                }
-            }
-            "--require" => o.required.push(value()?),
-            "--trusted-proxy" => o.trusted.push(value()?),
-            "--forwarded" => o.forwarded = true,
-            "--dry-run" => o.dry_run = true,
-            "--no-headers" => o.headers = false,
-            "--metrics" => o.metrics = Some(value()?),
-            "--state" => o.state = Some(value()?.into()),
-            "--state-interval" => {
-                let v = value()?;
-                let secs: f64 =
-                    v.parse().map_err(|_| format!("--state-interval {v:?}: seconds"))?;
-                if !(0.001..=86_400.0).contains(&secs) {
-                    return Err(format!("--state-interval {v:?}: between 0.001 and 86400 seconds"));
-                }
-                o.state_interval = std::time::Duration::from_secs_f64(secs);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if o.listen.is_empty() || o.upstream.is_empty() {
-        return Err("--listen and --upstream are required".into());
-    }
-    if o.limits.is_empty() {
-        return Err("give at least one --policy or --layer".into());
-    }
-    Ok(o)
-}
-
-fn key(spec: &str) -> Result<Key, String> {
-    Ok(match spec {
-        "ip" => Key::client_ip(),
-        "bearer" => Key::bearer_token(),
-        "path" => Key::path(),
-        "global" => Key::global(),
-        _ => match spec.strip_prefix("header=") {
-            Some(name) => {
-                Key::try_header(name).map_err(|e| format!("key {spec:?}: {name:?}: {e}"))?
-            }
-            None => {
-                return Err(format!(
-                    "unknown key {spec:?} (ip, header=NAME, bearer, path, global)"
-                ));
-            }
-        },
-    })
-}
-
 /// The layer, its keys restored from `--state` when that file exists and can be.
-fn layer_with_state(o: &Options) -> Result<RateLimitLayer, String> {
+fn layer_with_state(o: &ProxyArgs) -> Result<RateLimitLayer, String> {
     let fresh = || layer(o, None).map_err(|(Unbuilt::Config(e) | Unbuilt::State(e))| e);
     let Some(path) = &o.state else { return fresh() };
     let bytes = match std::fs::read(path) {
@@ -196,21 +76,22 @@ enum Unbuilt {
     State(String),
 }
 
-fn layer(o: &Options, state: Option<Vec<u8>>) -> Result<RateLimitLayer, Unbuilt> {
+fn layer(o: &ProxyArgs, state: Option<Vec<u8>>) -> Result<RateLimitLayer, Unbuilt> {
     let trusted = TrustedProxies::new(&o.trusted).map_err(|e| Unbuilt::Config(e.to_string()))?;
     let trusted = if o.forwarded { trusted.header(ForwardedHeader::Forwarded) } else { trusted };
     let mut builder = RateLimitLayer::builder()
         .trusted_proxies(trusted)
         .dry_run(o.dry_run)
         .admitted_headers(o.headers);
-    for (name, key_spec, policy) in &o.limits {
-        let mut limit = Limit::new(name.clone(), policy, key(key_spec).map_err(Unbuilt::Config)?);
-        if o.required.contains(name) {
+    for arg in &o.limits {
+        let mut limit =
+            Limit::new(arg.name.clone(), &arg.policy, arg.key().map_err(Unbuilt::Config)?);
+        if o.required.contains(&arg.name) {
             limit = limit.when_absent(Absent::Reject(StatusCode::UNAUTHORIZED));
         }
         builder = builder.limit(limit);
     }
-    if let Some(name) = o.required.iter().find(|r| !o.limits.iter().any(|(n, ..)| n == *r)) {
+    if let Some(name) = o.required.iter().find(|r| !o.limits.iter().any(|l| &l.name == *r)) {
         return Err(Unbuilt::Config(format!("--require {name:?}: no such limit")));
     }
     if let Some(bytes) = state {
@@ -314,13 +195,13 @@ fn status(status: StatusCode, body: &'static str) -> Response<Body> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse(std::env::args().skip(1)) {
+    let options = match ProxyArgs::parse(std::env::args().skip(1), EXTRAS) {
         Ok(o) => o,
-        Err(e) if e.is_empty() => {
-            print!("{HELP}");
+        Err(ArgsError::Help) => {
+            print!("{ABOUT}\n{}\n{NOTES}", usage(EXTRAS));
             return ExitCode::SUCCESS;
         }
-        Err(e) => {
+        Err(ArgsError::Invalid(e)) => {
             eprintln!("proxy: {e}\n(see --help)");
             return ExitCode::from(2);
         }

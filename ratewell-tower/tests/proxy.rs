@@ -2,13 +2,14 @@
 //! what its limits admit (with the client in X-Forwarded-For) and answers the rest itself.
 
 mod common;
+#[path = "../../ratewell-http/tests/support/proxy_example.rs"]
+mod proxy_example;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::{client, get, sf_list};
@@ -18,26 +19,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 
-/// The example's binary, built (once per test run) with the `prometheus` feature its `--metrics`
-/// needs (`cargo test` builds examples with the test run's features), next to the tests'
-/// directory, so a binary left by an earlier build is never used stale.
+/// The example's binary, built with the `prometheus` feature its `--metrics` needs (`cargo test`
+/// builds examples with the test run's features, which may lack it).
 fn proxy_binary() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args(["build", "-q", "-p", "ratewell-tower", "--example", "proxy"]);
-            build.args(["--features", "prometheus"]);
-            if dir.file_name().is_some_and(|d| d == "release") {
-                build.arg("--release");
-            }
-            assert!(build.status().unwrap().success(), "building the proxy example");
-            dir.join("examples").join(format!("proxy{}", std::env::consts::EXE_SUFFIX))
-        })
-        .clone()
+    proxy_example::proxy_example(&["-p", "ratewell-tower", "--features", "prometheus"])
 }
 
 struct Proxy {
@@ -204,6 +189,8 @@ fn bad_arguments_exit_2_with_a_message() {
             "--trusted-proxy",
             "10.0.0.0/99",
         ],
+        // The pingora example's comparisons: not options of this one.
+        &["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--no-limit"],
     ] {
         let output = Command::new(proxy_binary()).args(args).output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{args:?}");
