@@ -78,7 +78,7 @@ impl<C: Clock> LayeredLimiter<C> {
     }
 
     /// Replace every layer's keys by the snapshot read from `r`, with time passed as `resume`
-    /// says, as [`KeyedLimiter::restore_with`] does for one table. Layers are matched by name:
+    /// says, as [`KeyedLimiter::restore`] does for one table. Layers are matched by name:
     /// a layer the snapshot does not name starts empty, and a layer of the snapshot this
     /// limiter does not have is ignored (named in [`Restored::ignored_layers`]). Each layer
     /// needs the capacity it was snapshotted with. The whole snapshot is checked before
