@@ -81,7 +81,7 @@
 //!   ([`OnFull::Refuse`]), after every reclaimable key has been reclaimed.
 //! - The sliding log locks a mutex (per limiter, or per shard of the keyed table): its state is a
 //!   list, not one word. Its memory grows with use, bounded by the capacity and the limit, and is
-//!   reported by [`KeyedLimiter::memory_bytes`].
+//!   reported by [`Metrics::memory_bytes`].
 //! - The contract is `docs/SEMANTICS.md` in the repository.
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

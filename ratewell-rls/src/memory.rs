@@ -6,7 +6,7 @@
 //! table ([`KeyedLimiter::register`]): `fixed-window limit=4294967295 window=<unit>`, its
 //! windows aligned on the clock's zero, which [`EpochClock`](crate::clock::EpochClock) puts on
 //! the Unix epoch. Every limit of that window, configured or sent as an override, is decided on
-//! it at its own `requests_per_unit`, chosen per call ([`KeyedLimiter::take_within`]): so a
+//! it at its own `requests_per_unit`, chosen per call ([`Request::within`](ratewell::Request::within)): so a
 //! configuration may hold as many distinct limits as it has rules, and overrides are bounded by
 //! memory only. A limit that names a ratewell `policy` is a policy of its own. A request charges
 //! its descriptors in order; if the request is denied, every charge is taken back
@@ -76,7 +76,7 @@ impl Quota {
 }
 
 /// The one policy every fixed window of `seconds` is decided on, at each limit's own
-/// `requests_per_unit` ([`KeyedLimiter::take_within`]).
+/// `requests_per_unit` ([`Request::within`](ratewell::Request::within)).
 pub fn window_policy(seconds: u64) -> Option<Policy> {
     let window_ns = seconds.checked_mul(1_000_000_000)?;
     Policy::new(Parameters::FixedWindow { limit: u32::MAX, window_ns, align_first: false }).ok()

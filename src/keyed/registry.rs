@@ -73,7 +73,7 @@ pub(crate) trait Policies {
     }
 }
 
-/// The registry as a decision under a registered policy sees it (`KeyedLimiter::check_with`):
+/// The registry as a decision under a registered policy sees it (`Request::policy`):
 /// every key resolves to slot `idx`, and a key stored under another slot is converted to it
 /// first, keeping what it consumed. The slot stays assigned while its [`PolicyId`] is held
 /// (it is pinned), so `resolve` never names a retired slot.
@@ -106,7 +106,7 @@ impl Policies for Pinned<'_> {
 }
 
 /// [`Pinned`], with the pinned slot's fixed window decided at a lower limit for one call
-/// (`KeyedLimiter::take_within`): `algorithm` is the slot's own with the call's limit, on the
+/// (`Request::within`): `algorithm` is the slot's own with the call's limit, on the
 /// same state words, so a key converted to the slot, stored or refunded under it reads the same
 /// under either.
 pub(crate) struct Within<'a> {

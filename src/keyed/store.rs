@@ -112,7 +112,7 @@ impl Receipt {
 /// Requests of a batch hashed and prefetched together (see [`KeyedLimiter::BATCH_GROUP`]).
 pub(crate) const GROUP: usize = 16;
 
-/// [`KeyedLimiter::check_batch`] on one store: group by group, hash and prefetch, then decide.
+/// [`KeyedLimiter::batch`] on one store: group by group, hash and prefetch, then decide.
 #[inline]
 pub(super) fn batch_in<K: Hash + ?Sized, S: Store, R: Report>(
     store: &S,

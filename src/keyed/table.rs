@@ -70,7 +70,7 @@
 //!
 //! # Batches
 //!
-//! A batch (`KeyedLimiter::check_batch`) takes its requests in groups of `GROUP`: every key of a
+//! A batch (`KeyedLimiter::batch`) takes its requests in groups of `GROUP`: every key of a
 //! group is hashed and the first line of its first bucket prefetched, then every first bucket
 //! is scanned (the group's misses overlap instead of each waiting for the one before), then each
 //! request is decided in order by the CAS loop above on the slot its scan found, which

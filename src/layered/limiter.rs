@@ -297,7 +297,7 @@ impl<C: Clock> LayeredLimiter<C> {
     /// Start fetching the table buckets a decision with `keys` reads first, one per layer (a
     /// hint: nothing is decided), for a decision a little later: manual pipelining for a caller
     /// that cannot hand its requests over as one batch (see
-    /// [`KeyedLimiter::prehash`]).
+    /// [`Request::prefetch`](crate::Request::prefetch)).
     pub fn prefetch(&self, keys: &[&dyn LayerKey]) -> Result<(), KeyCountError> {
         let keys = self.keys(keys)?;
         for (i, layer) in self.layers.iter().enumerate() {

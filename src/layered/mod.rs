@@ -54,7 +54,7 @@ impl Layer {
     }
 
     /// The same layer with its keys hashed from `seed`: reproducible evictions (see
-    /// [`KeyedLimiter::seeded`], and its caveat for keys clients choose).
+    /// [`Builder::seed`](crate::Builder::seed), and its caveat for keys clients choose).
     pub fn seeded(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
