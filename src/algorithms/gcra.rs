@@ -99,8 +99,9 @@ pub(crate) struct Gcra {
     /// At least 1 (the policy grammar's counts are), and typed so: a request of cost 1 then needs
     /// no capacity check at all.
     capacity: NonZeroU64,
-    /// `2N'`: `now` in half units (`N'` is the period's denominator in lowest terms).
-    n2: u64,
+    /// `2N'`: `now` in half units (`N'` is the period's denominator in lowest terms). Typed
+    /// nonzero: a division by it needs no zero check.
+    n2: NonZeroU64,
     /// `2D'`: the cost of one token in half units (`D' = T * N'`).
     d2: u64,
     /// `2B*D' + 1`: the largest `debt + 1` an admission may leave (`<= 2^61 + 1`).
@@ -166,14 +167,15 @@ impl Gcra {
         };
         // `n <= 2^16` (the horizon check) and `cap <= 2^60`: the doubled values fit.
         let tag = SCALED | (2 * n) << SCALE_SHIFT;
-        Ok(Gcra { capacity, n2: 2 * n, d2: 2 * d, cap2_plus_one: 2 * cap + 1, tag })
+        let n2 = NonZeroU64::new(2 * n).expect("a period's denominator is at least 1");
+        Ok(Gcra { capacity, n2, d2: 2 * d, cap2_plus_one: 2 * cap + 1, tag })
     }
 
     /// `(2 now*N' mod 2^64, debt + 1)`, the debt `max(0, TAT - now)` in half units (even): `1` for
     /// a fresh word. At most `2^63`.
     #[inline(always)]
     fn debt_plus_one(&self, word: u64, now: u64) -> (u64, u64) {
-        let now2 = now.wrapping_mul(self.n2);
+        let now2 = now.wrapping_mul(self.n2.get());
         // An occupied word is `2X + 1`: the difference is `2(TAT - now)*N' + 1`, read signed.
         let diff = word.wrapping_sub(now2) as i64;
         let lifted = if word & 1 == 0 { 1 } else { diff.max(1) as u64 };
@@ -193,13 +195,13 @@ impl Gcra {
     #[inline]
     fn to_ns(&self, x: u64) -> u64 {
         // `N' = 1` for every period that is a whole number of ns: `(x - 1) / 2` is a shift.
-        if self.n2 == 2 { x >> 1 } else { div_ceil(x - 1, self.n2) }
+        if self.n2.get() == 2 { x >> 1 } else { div_ceil(x - 1, self.n2.get()) }
     }
 }
 
 impl OneWord for Gcra {
     fn idle_horizon_ns(&self) -> u128 {
-        (1u128 << 63) / u128::from(self.n2)
+        (1u128 << 63) / u128::from(self.n2.get())
     }
 
     #[inline(always)]
@@ -257,14 +259,14 @@ impl OneWord for Gcra {
         if debt_1 <= 1 {
             return None;
         }
-        let n = i128::from(self.n2 / 2);
+        let n = i128::from(self.n2.get() / 2);
         // `debt_1 - 1` is twice the debt `(TAT - now) N'` (even: an occupied word is odd).
         split_tat(i128::from(now) * n + i128::from((debt_1 - 1) / 2), 1000 * n)
     }
 
     /// The word of `TAT = tu µs + tf/N' ns`; see *Fields* for what is refused.
     fn read_fields(&self, fields: &[i64], now: u64) -> Option<u64> {
-        let n = i128::from(self.n2 / 2);
+        let n = i128::from(self.n2.get() / 2);
         let (tat, tu) = join_tat(fields, now, 1000 * n)?;
         if tu < 0 {
             return None;
@@ -274,7 +276,7 @@ impl OneWord for Gcra {
         if debt <= 0 {
             return Some(0);
         }
-        Some(now.wrapping_mul(self.n2).wrapping_add(2 * debt as u64 + 1))
+        Some(now.wrapping_mul(self.n2.get()).wrapping_add(2 * debt as u64 + 1))
     }
 }
 
@@ -355,7 +357,7 @@ mod tests {
     impl Lua {
         fn of(g: &Gcra) -> Lua {
             let c = i128::from(g.capacity.get());
-            Lua { b: c, n: i128::from(g.n2 / 2), d: i128::from(g.d2 / 2) }
+            Lua { b: c, n: i128::from(g.n2.get() / 2), d: i128::from(g.d2 / 2) }
         }
 
         fn k(&self) -> i128 {
@@ -551,7 +553,7 @@ mod tests {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         for spec in ["token-bucket capacity=5 rate=7/s", "token-bucket capacity=100 rate=1000/s"] {
             let g = gcra(spec);
-            let k = 1000 * (g.n2 / 2) as i64;
+            let k = 1000 * (g.n2.get() / 2) as i64;
             let span = (1i64 << 52) / k;
             for now in [0, 1000, 1_700_000_000_000_000_000, ((1 << 53) - 1) * 1000, u64::MAX] {
                 let u = (now / 1000) as i64;

@@ -32,20 +32,29 @@ const SHARED: usize = 8;
 /// Bit `i` set: index `i` is leased to a live thread.
 static LEASED: AtomicU64 = AtomicU64::new(0);
 
-/// This thread has not asked for an index yet.
-const UNASKED: usize = usize::MAX;
-/// This thread has no index: it counts on the shared stripes.
-const NO_INDEX: usize = OWNED;
+/// Counters a thread's cell spans: one cache line of `u64`s, of which it uses the first two.
+const CELL: usize = 128 / 8;
+/// This thread has not asked for an index yet (as a position: past every cell).
+const UNASKED: usize = usize::MAX / 2;
+/// This thread has no index: it counts on the shared stripes (as a position: past every cell).
+const NO_INDEX: usize = OWNED * CELL;
 
 thread_local! {
-    /// This thread's index, or [`UNASKED`], or [`NO_INDEX`]. No destructor, so reading it is a
-    /// plain thread-local load, valid until the thread is gone.
+    /// Where this thread's cell starts among a [`Counts`]'s owned counters (its index times
+    /// [`CELL`]), or [`UNASKED`], or [`NO_INDEX`]: the position itself, so that a count is one
+    /// bounds check and one increment. No destructor, so reading it is a plain thread-local load,
+    /// valid until the thread is gone.
     static INDEX: Cell<usize> = const { Cell::new(UNASKED) };
     /// Holds the leased index; gives it back when the thread exits.
     static LEASE: Lease = Lease::take();
 }
 
-const _: () = assert!(OWNED <= 64 && NO_INDEX < UNASKED);
+const _: () = assert!(OWNED <= 64 && NO_INDEX + 1 < UNASKED);
+
+/// Every owned cell of one limiter, flat: cell `i` is counters `i * CELL..i * CELL + 2`
+/// (rejected, admitted), each cell on a cache line of its own.
+#[repr(align(128))]
+struct Owned([AtomicU64; OWNED * CELL]);
 
 struct Lease(Option<usize>);
 
@@ -83,14 +92,14 @@ impl Drop for Lease {
 
 /// One limiter's admitted and rejected counts.
 pub(crate) struct Counts {
-    owned: Box<[CachePadded<[AtomicU64; 2]>; OWNED]>,
+    owned: Box<Owned>,
     shared: Box<[CachePadded<[AtomicU64; 2]>; SHARED]>,
 }
 
 impl Counts {
     pub(crate) fn new() -> Self {
         Counts {
-            owned: Box::new(std::array::from_fn(|_| CachePadded::default())),
+            owned: Box::new(Owned(std::array::from_fn(|_| AtomicU64::new(0)))),
             shared: Box::new(std::array::from_fn(|_| CachePadded::default())),
         }
     }
@@ -98,26 +107,26 @@ impl Counts {
     /// Count one decision.
     #[inline]
     pub(crate) fn record(&self, admitted: bool) {
-        // Column 1 admitted, 0 rejected: the bool is the index.
+        // Column 1 admitted, 0 rejected: the bool is the offset in the cell.
         let column = usize::from(admitted);
-        let index = INDEX.with(Cell::get);
-        if index < OWNED {
-            let counter = &self.owned[index][column];
-            // This thread is the only writer of its pair: no update can come in between.
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        } else {
-            self.record_unowned(index, column);
+        let at = INDEX.with(Cell::get);
+        match self.owned.0.get(at + column) {
+            Some(counter) => {
+                // This thread is the only writer of its cell: no update can come in between.
+                counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
+            None => self.record_unowned(at, column),
         }
     }
 
     /// A thread's first count (it leases an index), or one of a thread without an index.
     #[cold]
     #[inline(never)]
-    fn record_unowned(&self, index: usize, column: usize) {
-        if index == UNASKED {
+    fn record_unowned(&self, at: usize, column: usize) {
+        if at == UNASKED {
             // `try_with` fails only while this thread's thread-locals are being destroyed.
             let leased = LEASE.try_with(|lease| lease.0).ok().flatten();
-            INDEX.with(|i| i.set(leased.unwrap_or(NO_INDEX)));
+            INDEX.with(|i| i.set(leased.map_or(NO_INDEX, |index| index * CELL)));
             if leased.is_some() {
                 return self.record(column == 1);
             }
@@ -129,8 +138,10 @@ impl Counts {
 
     /// `(admitted, rejected)` over every thread.
     pub(crate) fn sum(&self) -> (u64, u64) {
-        self.owned.iter().chain(self.shared.iter()).fold((0, 0), |(a, r), pair| {
-            (a + pair[1].load(Ordering::Relaxed), r + pair[0].load(Ordering::Relaxed))
+        let owned = self.owned.0.chunks(CELL).map(|cell| [&cell[0], &cell[1]]);
+        let shared = self.shared.iter().map(|pair| [&pair[0], &pair[1]]);
+        owned.chain(shared).fold((0, 0), |(a, r), [rejected, admitted]| {
+            (a + admitted.load(Ordering::Relaxed), r + rejected.load(Ordering::Relaxed))
         })
     }
 }

@@ -144,15 +144,17 @@ const CHUNKS: usize = 28;
 /// Grow-only storage of policies, addressed by position.
 struct Arena {
     /// `INLINE` entries (built on the heap: as an array value it would take 30 KiB of stack, more
-    /// than a loom model's thread has).
-    first: Box<[OnceLock<Policy>]>,
+    /// than a loom model's thread has). An array, not a slice: indexing it below `INLINE` needs
+    /// no length.
+    first: Box<[OnceLock<Policy>; INLINE as usize]>,
     chunks: [OnceLock<Box<[OnceLock<Policy>]>>; CHUNKS],
 }
 
 impl Arena {
     fn new() -> Self {
+        let first: Box<[OnceLock<Policy>]> = (0..INLINE).map(|_| OnceLock::new()).collect();
         Arena {
-            first: (0..INLINE).map(|_| OnceLock::new()).collect(),
+            first: first.try_into().unwrap_or_else(|_| unreachable!("INLINE entries")),
             chunks: std::array::from_fn(|_| OnceLock::new()),
         }
     }
@@ -168,10 +170,7 @@ impl Arena {
 
     #[inline]
     fn get(&self, pos: u32) -> Option<&Policy> {
-        match self.first.get(pos as usize) {
-            Some(cell) => cell.get(),
-            None => self.get_far(pos),
-        }
+        if pos < INLINE { self.first[pos as usize].get() } else { self.get_far(pos) }
     }
 
     #[cold]
@@ -195,8 +194,14 @@ impl Arena {
 
 pub(crate) struct Registry {
     /// Slot → arena position, with [`RETIRED`]; [`FREE`] if unassigned. Slot 255 is never used
-    /// (it would make the table's `TOMBSTONE` a key word).
-    slots: Box<[AtomicU32; 256]>,
+    /// (it would make the table's `TOMBSTONE` a key word). Inline, not boxed: a decision reads
+    /// its key's slot at a fixed offset from the limiter, with no pointer to follow.
+    slots: [AtomicU32; 256],
+    /// The algorithm at arena position 0, the limiter's first default policy, which every key
+    /// is stored under until the policies change: a slot whose word is 0 (position 0, live) is
+    /// decided by this copy, inline in the limiter, without the arena and its `OnceLock` (arena
+    /// entries never change, so the copy is the entry for the registry's life).
+    zero: Algorithm,
     arena: Arena,
     default: AtomicU8,
     has_overrides: AtomicBool,
@@ -282,7 +287,8 @@ pub(crate) type Sweep<'a> = dyn Fn(&Locked<'_>) + 'a;
 impl Registry {
     pub(crate) fn new(policy: &Policy) -> Self {
         let registry = Registry {
-            slots: Box::new(std::array::from_fn(|_| AtomicU32::new(FREE))),
+            slots: std::array::from_fn(|_| AtomicU32::new(FREE)),
+            zero: policy.algorithm.clone(),
             arena: Arena::new(),
             default: AtomicU8::new(0),
             has_overrides: AtomicBool::new(false),
@@ -297,6 +303,7 @@ impl Registry {
         };
         let mut admin = registry.admin();
         let pos = registry.position(&mut admin, policy).expect("an empty arena has room");
+        debug_assert_eq!(pos, 0, "the first policy takes position 0: `zero`");
         registry.slots[0].store(pos, Ordering::Release);
         admin.roles[0] = Some(Role::Default);
         drop(admin);
@@ -463,9 +470,10 @@ impl Registry {
         }
     }
 
-    /// This registry's identity: the address of its slots, fixed for its life.
+    /// This registry's identity: the address of its arena's first entries, fixed for its life
+    /// (on the heap: the registry itself moves with its limiter).
     pub(crate) fn id(&self) -> usize {
-        std::ptr::from_ref::<[AtomicU32; 256]>(&self.slots) as usize
+        std::ptr::from_ref::<[OnceLock<Policy>; INLINE as usize]>(&self.arena.first) as usize
     }
 
     /// Whether any key has an override.
@@ -572,6 +580,9 @@ impl Policies for Registry {
         // set. A stale live word decides once more under the policy the key was stored with, as
         // if the change had come a moment later.
         let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
+        if word == 0 {
+            return Some(&self.zero);
+        }
         if word & RETIRED != 0 {
             return None;
         }

@@ -107,7 +107,8 @@
 //! - *Keyed masks.* A decider that read `w` before step 2 and compare-exchanges after it fails
 //!   unless the new occupant's stored word equals `w` bit for bit. Stored words are XORed with
 //!   `mask(key word)`, a 64-bit mix of the key word (fingerprint and policy index) and a secret
-//!   drawn per table (a 64x64->128-bit multiply folded to 64 bits, as ahash mixes), so equal
+//!   drawn per table (the key word times the secret, 64x64->128 bits folded to 64, as ahash
+//!   mixes), so equal
 //!   *states* of two keys are different *words*: the exchange could only
 //!   succeed if K2's state were exactly `K's state ^ mask(K) ^ mask(K2)`, a pseudo-random value
 //!   (odds like a fingerprint collision's). The same key re-inserted gets the same mask: its stale
@@ -149,9 +150,8 @@ pub(crate) const EMPTY: u64 = 0;
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
 const FP_BITS: u32 = 56;
 const FP_MASK: u64 = (1 << FP_BITS) - 1;
-/// Odd constants of the bucket spread and of the state mask (the digits of pi and of e).
+/// Odd constant of the bucket spread (the digits of pi).
 const SPREAD: u64 = 0x243f_6a88_85a3_08d3;
-const MASK_MUL: u64 = 0xb7e1_5162_8aed_2a6b;
 /// Policy indices 0..=254; 255 would make `TOMBSTONE` a valid key word.
 pub(crate) const MAX_POLICIES: usize = 255;
 const SLOTS_PER_BUCKET: usize = 8;
@@ -282,10 +282,12 @@ fn scale(x: u64, n: u64) -> usize {
     ((u128::from(x) * u128::from(n)) >> 64) as usize
 }
 
-/// The mask of a key's stored state (see *No ABA*).
+/// The mask of a key's stored state (see *No ABA*): the key word times the table's secret (odd,
+/// drawn per table), 64x64->128 bits, folded to 64 (ahash's `folded_multiply` with the secret as
+/// its key). One multiply by a loaded operand: no constant to materialize, no `xor` before it.
 #[inline]
 pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
-    let m = u128::from(key ^ secret) * u128::from(MASK_MUL);
+    let m = u128::from(key) * u128::from(secret);
     (m as u64) ^ ((m >> 64) as u64)
 }
 
