@@ -15,14 +15,16 @@ use crate::policy::Policy;
 pub struct Builder<K: ?Sized, C> {
     policy: Policy,
     capacity: usize,
-    clock: C,
+    /// The clock given, or how to make the default one (made only if none is given: the TSC
+    /// clock calibrates when made).
+    clock: Result<C, fn() -> C>,
     seed: Option<u64>,
     on_full: Option<OnFull>,
     _key: PhantomData<fn(&K)>,
 }
 
 impl<K: Hash + ?Sized, C: Clock> Builder<K, C> {
-    pub(super) fn new(policy: &Policy, capacity: usize, clock: C) -> Self {
+    pub(super) fn new(policy: &Policy, capacity: usize, clock: Result<C, fn() -> C>) -> Self {
         Builder {
             policy: policy.clone(),
             capacity,
@@ -36,7 +38,7 @@ impl<K: Hash + ?Sized, C: Clock> Builder<K, C> {
     /// Read time from `clock` (keep a clone of a [`ManualClock`](crate::ManualClock) to set it).
     pub fn clock<D: Clock>(self, clock: D) -> Builder<K, D> {
         let Builder { policy, capacity, seed, on_full, .. } = self;
-        Builder { policy, capacity, clock, seed, on_full, _key: PhantomData }
+        Builder { policy, capacity, clock: Ok(clock), seed, on_full, _key: PhantomData }
     }
 
     /// Hash keys from `seed` instead of a seed drawn per process: the same keys then take the
@@ -75,7 +77,8 @@ impl<K: Hash + ?Sized, C: Clock> Builder<K, C> {
     /// [`KeyedLimiter::MAX_CAPACITY`], or a table the allocator refused (the memory is
     /// allocated here, once: [`Metrics::memory_bytes`](crate::Metrics::memory_bytes)).
     pub fn build(self) -> Result<KeyedLimiter<K, C>, CapacityError> {
-        let mut limiter = KeyedLimiter::try_with_clock(&self.policy, self.capacity, self.clock)?;
+        let clock = self.clock.unwrap_or_else(|make| make());
+        let mut limiter = KeyedLimiter::try_with_clock(&self.policy, self.capacity, clock)?;
         if let Some(seed) = self.seed {
             limiter.reseed(seed);
         }

@@ -166,7 +166,7 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, QuantaClock> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder(policy: &Policy, capacity: usize) -> Builder<K, QuantaClock> {
-        Builder::new(policy, capacity, QuantaClock::new())
+        Builder::new(policy, capacity, Err(QuantaClock::new))
     }
 }
 
@@ -183,7 +183,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// If `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY) or the table cannot be
     /// allocated; [`Builder::build`] returns either as an error instead.
     pub fn with_clock(policy: &Policy, capacity: usize, clock: C) -> Self {
-        match Builder::new(policy, capacity, clock).build() {
+        match Builder::new(policy, capacity, Ok(clock)).build() {
             Ok(limiter) => limiter,
             Err(e) => panic!("KeyedLimiter: {e}"),
         }
