@@ -20,6 +20,7 @@ Usage: python3 scripts/packages.py [WORKSPACE_DIR ...]   (from the repository ro
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -69,6 +70,31 @@ def check_workspace(directory, version, root_packages, failures):
     return meta, publishable
 
 
+def forget_earlier_packages(names, version):
+    """Drop what an earlier run of `cargo package` left of these crates at this version.
+
+    Packaging several crates at once puts them in a local registry (`target/package/tmp-registry`),
+    and each verification unpacks them into `$CARGO_HOME/registry/src/<that registry>/NAME-VERSION`
+    and builds them as registry crates. Cargo trusts both: an unpacked registry crate (marked
+    `.cargo-ok`) is never unpacked again, and a registry crate's build is fresh while its name and
+    version are the same. The crates here keep their version while their code changes, so a second
+    run from the same directory, with the same `$CARGO_HOME`, would verify against the first run's
+    sources. Both are removed: cargo unpacks and builds the new packages.
+    """
+    home = os.environ.get("CARGO_HOME") or os.path.expanduser("~/.cargo")
+    src = os.path.join(home, "registry", "src")
+    registries = os.listdir(src) if os.path.isdir(src) else []
+    for registry in registries:
+        for name in names:
+            unpacked = os.path.join(src, registry, f"{name}-{version}")
+            if os.path.isdir(unpacked):
+                print(f"packages: removing {unpacked}, an earlier run's copy")
+                shutil.rmtree(unpacked)
+    # Every build of these crates in the target directory (the workspace's own builds too:
+    # `cargo clean -p` goes by name), so that no earlier verification's build counts as fresh.
+    subprocess.check_call(["cargo", "clean", "--quiet"] + [a for n in names for a in ("-p", n)])
+
+
 def main():
     top = os.getcwd()
     root = metadata(".")
@@ -78,6 +104,7 @@ def main():
     _, publishable = check_workspace(".", version, root_packages, failures)
     names = [p["name"] for p in publishable]
     print(f"packages: {', '.join(names)} at {version}")
+    forget_earlier_packages(names, version)
     args = ["cargo", "package", "--locked"] + [a for n in names for a in ("-p", n)]
     if subprocess.call(args) != 0:
         failures.append("cargo package failed in the root workspace")
