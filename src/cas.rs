@@ -164,7 +164,12 @@ impl Report for bool {
 
 /// [`apply_masked`] for a one-word `algorithm`: one match on the algorithm, then a CAS loop
 /// compiled for it, with its decision inlined.
-#[inline]
+///
+/// Always inlined: with `#[inline]` alone LLVM keeps the keyed `check`'s instance out of line
+/// (the keyed table has several callers), and every hit pays the call and its spills. Inlined,
+/// `keyed/ratewell/1000` takes 34.7 ns against 37.1 ns (medians of three alternating runs,
+/// `benches/results/keyed-2026-12-05-ab-*.txt`), for 3 more instructions per hit.
+#[inline(always)]
 pub(crate) fn apply_algorithm<R: Report>(
     algorithm: &Algorithm,
     word: &AtomicU64,
