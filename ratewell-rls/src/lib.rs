@@ -13,27 +13,29 @@
 //!
 //! `tests/go_config.rs` ports envoyproxy/ratelimit's `test/config` suite case for case, with its
 //! fixtures; the crate README lists each case and every difference.
+//!
+//! # Layout
+//!
+//! The sources are folders by concern, each owning its settings (read from the environment by
+//! [`settings`], which imports them; no concern imports another's settings):
+//! `configuration/` (the YAML files, the directory, xDS, `check`), `stores/` (memory, Redis, the
+//! clock), `serving/` (the gRPC messages and service, TLS, HTTP and JSON, health), `telemetry/`
+//! (statistics, statsd, Prometheus, tracing, logs) and `service/` (`ShouldRateLimit` itself).
+//! `server.rs` wires them into the running service, and nothing in the crate imports it. The
+//! modules below keep the paths they have always had.
 #![forbid(unsafe_code)]
 
-pub mod check;
-pub mod clock;
-pub mod config;
-pub mod grpc;
-pub mod json;
-pub mod logging;
-pub mod mapper;
-pub mod memory;
-mod metadata;
-pub mod otel;
-pub mod proto;
-pub mod redis_store;
-pub mod runtime;
+mod configuration;
+mod env;
 pub mod server;
 pub mod service;
+mod serving;
 pub mod settings;
-pub mod stats;
-pub mod statsd;
-pub mod tls;
-pub mod xds;
-pub mod xds_grpc;
-pub mod xds_proto;
+mod stores;
+mod telemetry;
+
+pub use configuration::xds::{grpc as xds_grpc, proto as xds_proto};
+pub use configuration::{check, config, runtime, xds};
+pub use serving::{grpc, json, proto, tls};
+pub use stores::{clock, memory, redis as redis_store};
+pub use telemetry::{logging, mapper, otel, stats, statsd};

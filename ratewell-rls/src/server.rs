@@ -5,79 +5,42 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use ratewell::Clock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
-use crate::grpc::rate_limit_service_server::{RateLimitService as Grpc, RateLimitServiceServer};
-use crate::memory::MemoryStore;
-use crate::proto::{Code, RateLimitRequest, RateLimitResponse};
-use crate::redis_store::RedisStore;
-use crate::runtime;
+use crate::configuration::config::RateLimitConfig;
+use crate::configuration::runtime;
+use crate::configuration::xds::{self, XdsApply, XdsLog};
 use crate::service::{RateLimitService, Store};
+use crate::serving::grpc::rate_limit_service_server::RateLimitServiceServer;
+use crate::serving::handler::Handler;
+pub use crate::serving::health::HEALTH_NAME;
+use crate::serving::health::{HEALTH_NAMES, Health};
+use crate::serving::http::{self, Routes, stopped_signal};
+pub use crate::serving::proto::SERVICE_NAME;
+use crate::serving::tls;
 use crate::settings::{LogLevel, Settings};
-
-/// The gRPC service's name, as health checks ask for it.
-pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
-
-/// The name the Go service registers its health under (`src/server/server_impl.go`), the one
-/// Envoy's `grpc_health_check` with `service_name: ratelimit` asks for.
-pub const HEALTH_NAME: &str = "ratelimit";
+use crate::stores::memory::MemoryStore;
+use crate::stores::redis::RedisStore;
+use crate::telemetry::logging::Logger;
+use crate::telemetry::otel::Tracing;
+use crate::telemetry::statsd;
 
 /// How long a stop waits for the gRPC requests in flight, below Kubernetes' default grace
 /// period of 30 s before SIGKILL: streams still open then (a health watch) are cut.
 pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Every name gRPC health answers for: the server as a whole (`""`), the Go service's name,
-/// and the rate limit service's own.
-const HEALTH_NAMES: [&str; 3] = ["", HEALTH_NAME, SERVICE_NAME];
+/// The settings' log lines: `LOG_FORMAT` and `LOG_LEVEL`.
+fn logger(settings: &Settings) -> Logger {
+    Logger { json: settings.log_json, level: settings.log_level }
+}
 
 /// Log `message` at `level` if the settings' level lets it through.
 fn log(settings: &Settings, level: LogLevel, message: impl std::fmt::Display) {
-    if level >= settings.log_level {
-        let tag = match level {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        };
-        crate::logging::emit(settings.log_json, tag, &message.to_string());
-    }
-}
-
-/// The gRPC handler, and the tracing of its calls (`TRACING_ENABLED`).
-struct Handler<C: Clock + Clone>(Arc<RateLimitService<C>>, Option<Arc<crate::otel::Tracing>>);
-
-#[tonic::async_trait]
-impl<C: Clock + Clone + Send + Sync + 'static> Grpc for Handler<C> {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        if let Some(tracing) = &self.1 {
-            let call = async {
-                match self.0.should_rate_limit(request.get_ref()).await {
-                    Ok(response) => Ok(tonic::Response::new(response)),
-                    Err(e) => Err(e.into()),
-                }
-            };
-            return tracing
-                .should_rate_limit(request.metadata(), &request.get_ref().domain, call)
-                .await;
-        }
-        match self.0.should_rate_limit(request.get_ref()).await {
-            Ok(response) => Ok(tonic::Response::new(response)),
-            Err(e) => Err(e.into()),
-        }
-    }
+    logger(settings).log(level, message);
 }
 
 /// A service started by [`start`]: its bound addresses, and the handle that stops it.
@@ -99,14 +62,15 @@ pub struct Running<C: Clock + Clone> {
     /// The gRPC server's own stop, sent first: it finishes the requests in flight.
     grpc_stop: watch::Sender<bool>,
     grpc_task: Option<JoinHandle<()>>,
-    /// Set once stopping: health answers NOT_SERVING and `/healthcheck` 500 from then on.
-    draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Health: set to stopping first, so that it answers NOT_SERVING and `/healthcheck` 500
+    /// from then on.
+    health: Arc<Health>,
     reporter: tonic_health::server::HealthReporter,
     tasks: Vec<JoinHandle<()>>,
     /// `STATE_FILE`, written once more when the service stops.
     state: Option<(std::path::PathBuf, Arc<Settings>)>,
     /// `TRACING_ENABLED`: its queued spans are sent when the service stops.
-    tracing: Option<Arc<crate::otel::Tracing>>,
+    tracing: Option<Arc<Tracing>>,
 }
 
 impl<C: Clock + Clone> Running<C> {
@@ -116,7 +80,7 @@ impl<C: Clock + Clone> Running<C> {
     /// is written; then the spans still queued (`TRACING_ENABLED`) are sent, waiting at most a
     /// few seconds for the collector.
     pub async fn stop(mut self) {
-        self.draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.health.drain();
         for name in HEALTH_NAMES {
             self.reporter.set_service_status(name, ServingStatus::NotServing).await;
         }
@@ -193,19 +157,6 @@ fn memory_store<C: Clock + Clone>(
     Ok(store)
 }
 
-/// Whether the service reports itself healthy: not stopping, and a configuration is in force
-/// (with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, one with at least one domain).
-fn healthy<C: Clock + Clone>(
-    service: &RateLimitService<C>,
-    settings: &Settings,
-    draining: &std::sync::atomic::AtomicBool,
-) -> bool {
-    let (loaded, has_domains) = service.config_state();
-    !draining.load(std::sync::atomic::Ordering::SeqCst)
-        && loaded
-        && (!settings.healthy_with_config || has_domains)
-}
-
 /// Start the service on `settings`' addresses (port 0 takes a free one), deciding on `clock`.
 pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     settings: Settings,
@@ -221,7 +172,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     };
     let service = Arc::new(RateLimitService::with_store(settings.service.clone(), store));
     // Always said, whatever LOG_LEVEL: which store decides is what an operator must know.
-    crate::logging::emit(settings.log_json, "info", &settings.backend);
+    crate::telemetry::logging::emit(settings.log_json, "info", &settings.backend);
     for notice in &settings.notices {
         log(&settings, LogLevel::Warn, notice);
     }
@@ -241,10 +192,15 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
 
     let (stop, stopped) = watch::channel(false);
     let (grpc_stop, grpc_stopped) = watch::channel(false);
-    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (reporter, health) = tonic_health::server::health_reporter();
+    // Over xDS without FORCE_START_WITHOUT_INITIAL_CONFIG, unhealthy until the control plane
+    // answers (the Go service does not listen until then).
+    let health = Arc::new(Health::new(
+        settings.healthy_with_config,
+        settings.xds.is_some() && !settings.force_start,
+    ));
+    let (reporter, health_service) = tonic_health::server::health_reporter();
     let status = |ok: bool| if ok { ServingStatus::Serving } else { ServingStatus::NotServing };
-    let initially = status(healthy(&service, &settings, &draining));
+    let initially = status(health.healthy(service.config_state().1));
     for name in HEALTH_NAMES {
         reporter.set_service_status(name, initially).await;
     }
@@ -278,7 +234,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         stop,
         grpc_stop,
         grpc_task: None,
-        draining: draining.clone(),
+        health: health.clone(),
         reporter: reporter.clone(),
         tasks: Vec::new(),
         state: settings.state_file.clone().map(|path| (path, Arc::new(settings.clone()))),
@@ -289,8 +245,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         let logged = settings.clone();
         let failed: Arc<dyn Fn(String) + Send + Sync> =
             Arc::new(move |line| log(&logged, LogLevel::Warn, line));
-        let started =
-            crate::otel::Tracing::start(tracing, failed).map_err(std::io::Error::other)?;
+        let started = Tracing::start(tracing, failed).map_err(std::io::Error::other)?;
         log(
             &settings,
             LogLevel::Info,
@@ -327,7 +282,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         .tcp_nodelay(true)
         .max_connection_age(age)
         .max_connection_age_grace(grace)
-        .add_service(health)
+        .add_service(health_service)
         .add_service(RateLimitServiceServer::new(Handler(
             service.clone(),
             running.tracing.clone(),
@@ -344,7 +299,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         (Some(tls), Some(grpc_listener)) => {
             let logged = settings.clone();
             let incoming =
-                crate::tls::incoming(grpc_listener, tls, move |level, m| log(&logged, level, m));
+                tls::incoming(grpc_listener, tls, move |level, m| log(&logged, level, m));
             tokio::spawn(async move {
                 let _ = grpc.serve_with_incoming_shutdown(incoming, until).await;
             })
@@ -358,45 +313,40 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
         }
     });
 
-    let app_state = (service.clone(), Arc::new(settings.clone()), draining.clone());
-    let app = Router::new()
-        .route("/healthcheck", get(healthcheck::<C>))
-        .route("/json", post(json::<C>))
-        .with_state(app_state.clone());
-    running.tasks.push(serve(http_listener, app, stopped.clone()));
-
-    let debug = Router::new().route("/rlconfig", get(rlconfig::<C>)).with_state(app_state);
-    running.tasks.push(serve(debug_listener, debug, stopped.clone()));
-
+    let routes =
+        Routes { service: service.clone(), health: health.clone(), log: logger(&settings) };
+    running.tasks.push(http::serve(http_listener, routes.http(), stopped.clone()));
+    running.tasks.push(http::serve(debug_listener, routes.debug(), stopped.clone()));
     if let (Some(listener), Some((_, path))) = (prometheus_listener, &settings.prometheus) {
-        let app = Router::new().route(path, get(metrics)).with_state(service.stats().clone());
-        running.tasks.push(serve(listener, app, stopped.clone()));
+        let app = http::metrics(path, service.stats().clone());
+        running.tasks.push(http::serve(listener, app, stopped.clone()));
     }
     if let Some(statsd) = settings.statsd.clone() {
         // Off the decisions' path: a task reads the counters at each flush.
-        running.tasks.push(crate::statsd::spawn(statsd, service.stats().clone(), stopped.clone()));
+        running.tasks.push(statsd::spawn(statsd, service.stats().clone(), stopped.clone()));
     }
 
     // Health follows a configuration put in force at once (over xDS), not at the next tick.
     let loaded = Arc::new(tokio::sync::Notify::new());
     if let Some(xds) = settings.xds.clone() {
         let (applied, merge, notify) = (service.clone(), settings.merge_domains, loaded.clone());
+        let answered = health.clone();
         // The whole state of the world, loaded as the directory's files are: all or nothing.
-        let apply: crate::xds::XdsApply =
-            Arc::new(move |files| match crate::config::RateLimitConfig::new(&files, merge) {
-                Ok(config) => {
-                    let result = applied.set_config(config);
-                    notify.notify_one();
-                    result
-                }
+        let apply: XdsApply = Arc::new(move |files| {
+            let result = match RateLimitConfig::new(&files, merge) {
+                Ok(config) => applied.set_config(config),
                 Err(e) => {
                     applied.config_error();
                     Err(e.to_string())
                 }
-            });
+            };
+            answered.answered();
+            notify.notify_one();
+            result
+        });
         let logged = Arc::new(settings.clone());
-        let log_fn: crate::xds::XdsLog = Arc::new(move |level, line| log(&logged, level, line));
-        let client = crate::xds::spawn(xds, apply, log_fn, stopped.clone());
+        let log_fn: XdsLog = Arc::new(move |level, line| log(&logged, level, line));
+        let client = xds::spawn(xds, apply, log_fn, stopped.clone());
         running.tasks.push(client.task);
     }
 
@@ -404,7 +354,6 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
     // follows.
     let watched = service.clone();
     let mut stopped_watch = stopped.clone();
-    let watch_draining = draining.clone();
     running.tasks.push(tokio::spawn(async move {
         let mut was = initially;
         loop {
@@ -417,7 +366,7 @@ pub async fn start<C: Clock + Clone + Send + Sync + 'static>(
             if settings.xds.is_none() {
                 load_counted(&watched, &settings, &mut last);
             }
-            let now = status(healthy(&watched, &settings, &watch_draining));
+            let now = status(health.healthy(watched.config_state().1));
             if now != was {
                 for name in HEALTH_NAMES {
                     reporter.set_service_status(name, now).await;
@@ -499,61 +448,4 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener
     }
     tokio::net::UnixListener::bind(path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("GRPC_UDS={}: {e}", path.display())))
-}
-
-async fn stopped_signal(mut stopped: watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|s| *s).await;
-}
-
-fn serve(listener: TcpListener, app: Router, stopped: watch::Receiver<bool>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).with_graceful_shutdown(stopped_signal(stopped)).await;
-    })
-}
-
-type AppState<C> = (Arc<RateLimitService<C>>, Arc<Settings>, Arc<std::sync::atomic::AtomicBool>);
-
-async fn healthcheck<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, settings, draining)): State<AppState<C>>,
-) -> Response {
-    if healthy(&service, &settings, &draining) {
-        (StatusCode::OK, "OK").into_response()
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR.into_response()
-    }
-}
-
-async fn json<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, settings, _)): State<AppState<C>>,
-    body: Bytes,
-) -> Response {
-    let request = match crate::json::request(&body) {
-        Ok(request) => request,
-        Err(e) => {
-            log(&settings, LogLevel::Debug, format_args!("/json: {e}"));
-            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
-        }
-    };
-    let response = match service.should_rate_limit(&request).await {
-        Ok(response) => response,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
-    };
-    let status = match Code::try_from(response.overall_code) {
-        Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
-        Ok(Code::Ok) => StatusCode::OK,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    let body = crate::json::response(&response).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-async fn rlconfig<C: Clock + Clone + Send + Sync + 'static>(
-    State((service, _, _)): State<AppState<C>>,
-) -> String {
-    service.dump_config()
-}
-
-async fn metrics(State(stats): State<Arc<crate::stats::Stats>>) -> Response {
-    let text = stats.prometheus_text();
-    ([(header::CONTENT_TYPE, crate::stats::PROMETHEUS_CONTENT_TYPE)], text).into_response()
 }

@@ -33,6 +33,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod metadata;
+
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -40,14 +42,14 @@ use std::time::Instant;
 
 use ratewell::Clock;
 
-use crate::config::{RateLimit as ConfigLimit, RateLimitConfig};
-use crate::memory::{Check, MemoryStore, Outcome, Prepared, StoreError, quotas};
-use crate::proto::{
+use crate::configuration::config::{RateLimit as ConfigLimit, RateLimitConfig};
+use crate::serving::proto::{
     Code, DescriptorStatus, HeaderValue, RateLimit, RateLimitDescriptor, RateLimitRequest,
     RateLimitResponse, Unit,
 };
-use crate::redis_store::RedisStore;
-use crate::stats::{Stats, near_threshold};
+use crate::stores::memory::{Check, MemoryStore, Outcome, Prepared, StoreError, quotas};
+use crate::stores::redis::RedisStore;
+use crate::telemetry::stats::{Stats, near_threshold};
 
 /// The most descriptors one request may carry; more is an `INVALID_ARGUMENT` error.
 pub const MAX_DESCRIPTORS: usize = 1_000;
@@ -81,7 +83,7 @@ impl Default for ServiceSettings {
             near_limit_ratio: 0.8,
             headers: None,
             dynamic_metadata: false,
-            max_stats_keys: crate::stats::DEFAULT_MAX_STATS_KEYS,
+            max_stats_keys: crate::telemetry::stats::DEFAULT_MAX_STATS_KEYS,
             failover: Failover::Error,
         }
     }
@@ -176,7 +178,7 @@ struct Slot {
 
 impl<C: Clock + Clone> RateLimitService<C> {
     /// A service deciding in process, in a table of `capacity` keys (`MEMORY_CAPACITY`), on
-    /// `clock` (an [`EpochClock`](crate::clock::EpochClock) in production).
+    /// `clock` (an [`EpochClock`](crate::stores::clock::EpochClock) in production).
     pub fn memory(
         settings: ServiceSettings,
         capacity: usize,
@@ -450,8 +452,7 @@ impl<C: Clock + Clone> RateLimitService<C> {
             self.stats.global_shadow_mode.fetch_add(1, Ordering::Relaxed);
         }
         if settings.dynamic_metadata {
-            response.dynamic_metadata =
-                Some(crate::metadata::of(request, &passed, &slots_limits(&slots)));
+            response.dynamic_metadata = Some(metadata::of(request, &passed, &slots_limits(&slots)));
         }
         response.overall_code = overall as i32;
         Ok(response)

@@ -19,6 +19,9 @@
 //! assert_eq!(RateLimitRequest::decode(&bytes[..]).unwrap(), request);
 //! ```
 
+/// The gRPC service's name, as health checks ask for it.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
 /// `envoy.service.ratelimit.v3.RateLimitRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RateLimitRequest {

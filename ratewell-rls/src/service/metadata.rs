@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::config::RateLimit;
-use crate::proto::{RateLimitDescriptor, RateLimitRequest, Unit};
+use crate::configuration::config::RateLimit;
+use crate::serving::proto::{RateLimitDescriptor, RateLimitRequest, Unit};
 
 fn string(s: impl Into<String>) -> Value {
     Value { kind: Some(Kind::StringValue(s.into())) }

@@ -18,7 +18,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::config::{ConfigFile, RateLimitConfig};
+use crate::configuration::config::{ConfigFile, RateLimitConfig};
 
 /// The flags, as Go's `flag` package reads them: `-name value`, `-name=value`, and `--name` for
 /// `-name`; a boolean flag takes no value but `=value`.

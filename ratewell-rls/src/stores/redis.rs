@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use ratewell_redis::{CallDecision, CallItem, CallPolicy, Mode, PerCallLimiter, RedisLimiter};
 
-use crate::memory::{Check, Outcome, Quota, StoreError, denied};
-use crate::proto::Unit;
+use crate::env::{Env, parse_duration};
+use crate::serving::proto::Unit;
+use crate::stores::memory::{Check, Outcome, Quota, StoreError, denied};
 
 /// The most distinct compiled limits kept (the configuration's and overrides'); past it the
 /// cache starts again.
@@ -45,7 +46,7 @@ pub struct RedisSettings {
 impl RedisSettings {
     /// Where it decides, passwords left out, for the startup line.
     pub fn describe(&self) -> String {
-        let urls = self.urls.iter().map(|u| crate::settings::redact(u)).collect::<Vec<_>>();
+        let urls = self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
         let mut out = match &self.sentinel {
             Some(s) => format!("the primary {} named by the sentinels {}", s.name, urls.join(", ")),
             None => urls.join(", "),
@@ -58,6 +59,174 @@ impl RedisSettings {
         }
         out
     }
+}
+
+impl RedisSettings {
+    /// The Redis store's settings, read as the Go service reads them: `REDIS_SOCKET_TYPE` (`tcp`
+    /// or `unix`) and `REDIS_URL` (`host:port`, a socket's path, a comma-separated list of
+    /// `host:port` for `REDIS_TYPE=CLUSTER`, or `name,host:port,...` for `REDIS_TYPE=SENTINEL`), or
+    /// a `redis://` URL; `REDIS_AUTH` (`password` or `user:password`); `REDIS_SENTINEL_AUTH`;
+    /// `REDIS_TLS` with `REDIS_TLS_*`; `REDIS_TIMEOUT` (default 50ms here: see the README). With
+    /// `REDIS_PERSECOND`, the same under `REDIS_PERSECOND_` for the per-second server (TLS with the
+    /// same `REDIS_TLS_*` files, as in Go).
+    pub(crate) fn from_env(env: &HashMap<String, String>) -> Result<RedisSettings, String> {
+        let e = &Env(env);
+        let mut main = redis_server(e, "REDIS_", "/var/run/nutcracker/ratelimit.sock")?;
+        if e.flag("REDIS_PERSECOND", false)? {
+            let per_second =
+                redis_server(e, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")?;
+            main.per_second = Some(Box::new(per_second));
+        }
+        Ok(main)
+    }
+}
+
+/// Go's `REDIS_TLS_*` files, read now: a file that cannot be read stops the start (as in Go).
+fn redis_tls(e: &Env<'_>) -> Result<ratewell_redis::Tls, String> {
+    let read = |name: &str| -> Result<Option<Vec<u8>>, String> {
+        match e.get(name).filter(|p| !p.is_empty()) {
+            None => Ok(None),
+            Some(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|err| format!("{name}={path}: cannot be read: {err}")),
+        }
+    };
+    let client = match (read("REDIS_TLS_CLIENT_CERT")?, read("REDIS_TLS_CLIENT_KEY")?) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        // As Go's TlsConfigFromFiles: a pair is loaded only when both are given.
+        _ => None,
+    };
+    Ok(ratewell_redis::Tls {
+        ca: read("REDIS_TLS_CACERT")?,
+        client,
+        skip_hostname_verification: e.flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+    })
+}
+
+/// `user:password` (split at the first `:`, as Go's `strings.Cut`) or a password alone.
+fn credentials(auth: &str) -> (Option<String>, Option<String>) {
+    match auth.split_once(':') {
+        _ if auth.is_empty() => (None, None),
+        Some((user, password)) => (Some(user.to_owned()), Some(password.to_owned())),
+        None => (None, Some(auth.to_owned())),
+    }
+}
+
+/// One server's settings under `p` (`REDIS_` or `REDIS_PERSECOND_`).
+fn redis_server(e: &Env<'_>, p: &str, default_url: &str) -> Result<RedisSettings, String> {
+    let var = |name: &str| format!("{p}{name}");
+    let kind = e.string(&var("TYPE"), "SINGLE").to_ascii_uppercase();
+    let (cluster, sentinel) = match kind.as_str() {
+        "SINGLE" => (false, false),
+        "CLUSTER" => (true, false),
+        "SENTINEL" => (false, true),
+        other => {
+            return Err(format!(
+                "{}={other} is not supported: SINGLE, CLUSTER or SENTINEL",
+                var("TYPE")
+            ));
+        }
+    };
+    let tls = if e.flag(&var("TLS"), false)? { Some(redis_tls(e)?) } else { None };
+    let socket = e.string(&var("SOCKET_TYPE"), "unix").to_ascii_lowercase();
+    let auth = e.string(&var("AUTH"), "");
+    let raw = e.string(&var("URL"), default_url);
+    let userinfo = |auth: &str| match credentials(auth) {
+        (Some(user), Some(password)) => format!("{}:{}@", url_escape(&user), url_escape(&password)),
+        (None, Some(password)) => format!(":{}@", url_escape(&password)),
+        _ => String::new(),
+    };
+    let url_of = |one: &str| -> Result<String, String> {
+        let one = one.trim();
+        if one.contains("://") {
+            return Ok(one.to_owned());
+        }
+        match socket.as_str() {
+            "tcp" => Ok(format!("redis://{}{one}", userinfo(&auth))),
+            "unix" if cluster => {
+                Err(format!("{}=CLUSTER needs {}=tcp", var("TYPE"), var("SOCKET_TYPE")))
+            }
+            "unix" if tls.is_some() => {
+                Err(format!("{}: TLS to Redis needs {}=tcp", var("TLS"), var("SOCKET_TYPE")))
+            }
+            "unix" if auth.is_empty() => Ok(format!("unix://{one}")),
+            "unix" => Ok(format!(
+                "unix://{one}?pass={}",
+                url_escape(auth.rsplit(':').next().unwrap_or(""))
+            )),
+            other => Err(format!("{}={other}: tcp or unix", var("SOCKET_TYPE"))),
+        }
+    };
+    let (urls, sentinel) = if sentinel {
+        // Go's form: the primary's name, then the sentinels (always TCP), each reached with
+        // REDIS_SENTINEL_AUTH; REDIS_AUTH is the primary's.
+        let parts: Vec<&str> = raw.split(',').map(str::trim).collect();
+        if parts.len() < 2 || parts[0].is_empty() {
+            return Err(
+                "Expected master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>"
+                    .into(),
+            );
+        }
+        let sentinel_auth = e.string(&var("SENTINEL_AUTH"), "");
+        let urls: Vec<String> = parts[1..]
+            .iter()
+            .map(|a| {
+                if a.contains("://") {
+                    a.to_string()
+                } else {
+                    format!("redis://{}{a}", userinfo(&sentinel_auth))
+                }
+            })
+            .collect();
+        let (username, password) = credentials(&auth);
+        let target = ratewell_redis::Sentinel {
+            name: parts[0].to_owned(),
+            sentinels: urls.clone(),
+            username,
+            password,
+        };
+        (urls, Some(target))
+    } else if cluster {
+        (raw.split(',').map(url_of).collect::<Result<Vec<_>, _>>()?, None)
+    } else {
+        (vec![url_of(&raw)?], None)
+    };
+    let timeout_text = e.string(&var("TIMEOUT"), "50ms");
+    let timeout = parse_duration(&timeout_text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{}={timeout_text}: not a duration", var("TIMEOUT")))?;
+    Ok(RedisSettings {
+        urls,
+        cluster,
+        sentinel,
+        tls,
+        timeout,
+        prefix: e.string("CACHE_KEY_PREFIX", ""),
+        per_second: None,
+    })
+}
+
+/// `url` without its password, for a log line.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Percent-encode what a URL's user information cannot hold as is.
+fn url_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// One server: its limiter, and whether it is a cluster (whose keys carry a hash tag).
@@ -210,7 +379,7 @@ impl RedisStore {
     }
 
     /// Decide `checks` in one script call, all or nothing by [`denied`]'s rule (`extra_quota` as
-    /// there): the same contract as [`MemoryStore::decide`](crate::memory::MemoryStore::decide).
+    /// there): the same contract as [`MemoryStore::decide`](crate::stores::memory::MemoryStore::decide).
     pub async fn decide(
         &self,
         domain: &str,

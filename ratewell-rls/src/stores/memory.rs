@@ -4,7 +4,7 @@
 //!
 //! Each distinct window (a `unit`, times `unit_multiplier`) is one policy registered with the
 //! table ([`KeyedLimiter::register`]): `fixed-window limit=4294967295 window=<unit>`, its
-//! windows aligned on the clock's zero, which [`EpochClock`](crate::clock::EpochClock) puts on
+//! windows aligned on the clock's zero, which [`EpochClock`](crate::stores::clock::EpochClock) puts on
 //! the Unix epoch. Every limit of that window, configured or sent as an override, is decided on
 //! it at its own `requests_per_unit`, chosen per call ([`Request::within`](ratewell::Request::within)): so a
 //! configuration may hold as many distinct limits as it has rules, and overrides are bounded by
@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use ratewell::{CapacityError, Charge, Clock, KeyedLimiter, Parameters, Policy, PolicyId, Resume};
 
-use crate::config::RateLimitConfig;
-use crate::proto::{Entry, Unit};
+use crate::configuration::config::RateLimitConfig;
+use crate::serving::proto::{Entry, Unit};
 
 /// The most distinct windows (`unit` times `unit_multiplier`) and named `policy` limits one
 /// configuration may use: each takes a policy slot of the table (255 in all), and a reload holds
@@ -225,7 +225,7 @@ impl std::error::Error for StoreError {}
 
 /// A configured limit's limits as a store decides them: its own, then its further ones
 /// (`rate_limits`).
-pub fn quotas(limit: &crate::config::RateLimit) -> Vec<Quota> {
+pub fn quotas(limit: &crate::configuration::config::RateLimit) -> Vec<Quota> {
     let first = Quota {
         requests_per_unit: limit.requests_per_unit,
         unit: limit.unit,
@@ -361,7 +361,7 @@ impl<C: Clock + Clone> MemoryStore<C> {
     /// earlier than the snapshot mints nothing: a state ahead of the clock is decided at its
     /// own time.
     ///
-    /// [`EpochClock`]: crate::clock::EpochClock
+    /// [`EpochClock`]: crate::stores::clock::EpochClock
     pub fn restore(&mut self, bytes: &[u8]) -> Result<u64, String> {
         let bad = |what: &str| format!("not a state file of this service: {what}");
         let rest = bytes.strip_prefix(&STATE_MAGIC[..]).ok_or_else(|| bad("bad magic"))?;

@@ -11,6 +11,43 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How much the service logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Every configuration load and request error.
+    Debug,
+    /// Configuration loads.
+    Info,
+    /// Refused configurations and startup notices.
+    Warn,
+    /// Errors only.
+    Error,
+}
+
+/// Where the service's lines go and how many: `LOG_FORMAT=json` and `LOG_LEVEL`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Logger {
+    /// One JSON object a line rather than plain text.
+    pub(crate) json: bool,
+    /// The least level written.
+    pub(crate) level: LogLevel,
+}
+
+impl Logger {
+    /// Write `message` at `level` if the least level lets it through.
+    pub(crate) fn log(&self, level: LogLevel, message: impl std::fmt::Display) {
+        if level >= self.level {
+            let tag = match level {
+                LogLevel::Debug => "debug",
+                LogLevel::Info => "info",
+                LogLevel::Warn => "warn",
+                LogLevel::Error => "error",
+            };
+            emit(self.json, tag, &message.to_string());
+        }
+    }
+}
+
 /// One line: `message` at `level` (`debug`, `info`, `warn`, `error`), at `unix_ns` nanoseconds
 /// since the Unix epoch, as plain text or as JSON.
 pub fn line(json: bool, level: &str, message: &str, unix_ns: u128) -> String {

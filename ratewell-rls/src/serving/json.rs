@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::{
+use crate::serving::proto::{
     Code, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitOverride, RateLimitRequest,
     RateLimitResponse, Unit,
 };

@@ -14,7 +14,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
 use std::path::Path;
 
-use crate::config::{ConfigError, ConfigFile, RateLimitConfig};
+use crate::configuration::config::{ConfigError, ConfigFile, RateLimitConfig};
 
 /// One file of the directory: its name (`config.basic.yaml`, as envoyproxy/ratelimit's runtime
 /// names it: the application directory, then the path below it, joined with dots) and content.

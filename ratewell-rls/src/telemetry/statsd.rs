@@ -4,7 +4,7 @@
 //!
 //! # Design
 //!
-//! Decisions only add to the atomics of [`Stats`] (and [`crate::stats::ResponseTime`]'s
+//! Decisions only add to the atomics of [`Stats`] (and [`crate::telemetry::stats::ResponseTime`]'s
 //! per-millisecond array); nothing on the request path formats, allocates or sends. A background
 //! task ([`spawn`]) wakes every `STATS_FLUSH_INTERVAL`, reads each counter's growth since its
 //! last flush, and sends the non-zero ones (gostats skips a counter that did not move) in UDP
@@ -28,7 +28,7 @@
 //! | `ratelimit_server.ShouldRateLimit.response_time` | timer, whole milliseconds, one line per request |
 //!
 //! `<key>` is the rule's statistics key (`domain.k1_v1.k2`) sanitised as Go sanitises it
-//! ([`crate::stats::sanitize_stat_name`]). The method is the last part of the gRPC full method
+//! ([`crate::telemetry::stats::sanitize_stat_name`]). The method is the last part of the gRPC full method
 //! name (`/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`).
 //!
 //! # Formats
@@ -61,7 +61,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::stats::{RULE_SUFFIXES, Stats};
+use crate::telemetry::stats::{RULE_SUFFIXES, Stats};
 
 /// The largest datagram sent: gostats' `defaultBufferSizeUDP` and datadog-go's
 /// `DefaultMaxAgentPayloadSize`, 1,432 bytes, "optimal for regular networks with an MTU of 1500".
@@ -226,7 +226,7 @@ impl StatsdSettings {
             Some(p) => p.parse().map_err(|_| format!("STATSD_PORT={p}: not a port"))?,
         };
         let interval = get("STATS_FLUSH_INTERVAL").unwrap_or("10s");
-        let flush_interval = crate::settings::parse_duration(interval)
+        let flush_interval = crate::env::parse_duration(interval)
             .filter(|d| !d.is_zero())
             .ok_or_else(|| format!("STATS_FLUSH_INTERVAL={interval}: not a positive duration"))?;
         let extra_tags = match get("EXTRA_TAGS") {
@@ -407,7 +407,7 @@ impl Sink {
             }
         }
         let mut per_ms = std::mem::take(&mut self.per_ms);
-        per_ms.resize(crate::stats::EXACT_MS, 0);
+        per_ms.resize(crate::telemetry::stats::EXACT_MS, 0);
         for (ms, (last, now)) in per_ms.iter_mut().zip(stats.response_time.per_ms()).enumerate() {
             for _ in 0..now.wrapping_sub(*last) {
                 self.line(&mut p, RESPONSE_TIME, Value::Millis(ms as u64));
