@@ -206,26 +206,18 @@ async fn statsd_counters(sockets: &[UdpSocket], quiet: Duration) -> HashMap<Stri
     }
 }
 
-// ---- the test ------------------------------------------------------------------------------
-
-#[tokio::test]
-async fn under_envoy_gateways_environment() {
-    let pki = pki();
+/// The container environment of Envoy Gateway's deployment builder, its paths, ports and
+/// host names put on this machine.
+fn environment(
+    pki: &Pki,
+    data: &std::path::Path,
+    statsd_port: u16,
+    control_port: u16,
+    redis_port: &str,
+) -> Vec<(&'static str, String)> {
     let certs = |name: &str| pki.dir.path().join(name).display().to_string();
-    let redis = Server::start();
-    let redis_port = redis.url().trim_end_matches('/').rsplit(':').next().unwrap().to_owned();
-    let data = tempfile::tempdir().unwrap();
-    let statsd = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let statsd_port = statsd.local_addr().unwrap().port();
-    let mut sockets = vec![statsd];
-    // `localhost` may resolve to ::1 first elsewhere: listen there too where it can.
-    if let Ok(v6) = UdpSocket::bind(("::1", statsd_port)).await {
-        sockets.push(v6);
-    }
-    let control_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-
-    let eg_env: Vec<(&str, String)> = vec![
-        ("RUNTIME_ROOT", data.path().display().to_string()),
+    vec![
+        ("RUNTIME_ROOT", data.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("RUNTIME_IGNOREDOTFILES", "true".into()),
         ("RUNTIME_WATCH_ROOT", "false".into()),
@@ -233,7 +225,7 @@ async fn under_envoy_gateways_environment() {
         ("USE_STATSD", "true".into()),
         ("STATSD_PORT", statsd_port.to_string()),
         ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
-        ("CONFIG_GRPC_XDS_SERVER_URL", format!("localhost:{}", control_addr.port())),
+        ("CONFIG_GRPC_XDS_SERVER_URL", format!("localhost:{}", control_port)),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
         ("GRPC_SERVER_USE_TLS", "true".into()),
         ("GRPC_SERVER_TLS_CERT", certs("tls.crt")),
@@ -246,7 +238,27 @@ async fn under_envoy_gateways_environment() {
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
         ("REDIS_SOCKET_TYPE", "tcp".into()),
         ("REDIS_URL", format!("localhost:{redis_port}")),
-    ];
+    ]
+}
+
+// ---- the test ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn under_envoy_gateways_environment() {
+    let pki = pki();
+    let redis = Server::start();
+    let redis_port = redis.url().trim_end_matches('/').rsplit(':').next().unwrap().to_owned();
+    let data = tempfile::tempdir().unwrap();
+    let statsd = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let statsd_port = statsd.local_addr().unwrap().port();
+    let mut sockets = vec![statsd];
+    // `localhost` may resolve to ::1 first elsewhere: listen there too where it can.
+    if let Ok(v6) = UdpSocket::bind(("::1", statsd_port)).await {
+        sockets.push(v6);
+    }
+    let control_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+
+    let eg_env = environment(&pki, data.path(), statsd_port, control_addr.port(), &redis_port);
     let env: Vec<(&str, &str)> = eg_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
     // Started before the control plane is up: listening, deciding nothing yet.
@@ -345,4 +357,80 @@ async fn under_envoy_gateways_environment() {
     assert_eq!(sent.get("ratelimit.service.config_load_success"), Some(&2), "{sent:?}");
     assert_eq!(sent.get("ratelimit.service.config_load_error"), Some(&1), "{sent:?}");
     drop(redis);
+}
+
+/// Health before the control plane sends anything, under Envoy Gateway's environment
+/// (`FORCE_START_WITHOUT_INITIAL_CONFIG=true`, no `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`):
+/// the Go service is healthy from its start, which the Deployment's readiness probe
+/// (`failureThreshold: 1`) and startup probe (30 × 10 s) on `/healthcheck` need. With
+/// `needs_domain` (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true`), unhealthy until a
+/// configuration with a domain arrives.
+async fn before_the_first_configuration(needs_domain: bool) {
+    let pki = pki();
+    let redis = Server::start();
+    let redis_port = redis.url().trim_end_matches('/').rsplit(':').next().unwrap().to_owned();
+    let data = tempfile::tempdir().unwrap();
+    let statsd = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let statsd_port = statsd.local_addr().unwrap().port();
+    let control_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut eg_env = environment(&pki, data.path(), statsd_port, control_addr.port(), &redis_port);
+    if needs_domain {
+        eg_env.push(("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true".into()));
+    }
+    let env: Vec<(&str, &str)> = eg_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // A control plane that takes the stream and sends nothing.
+    let mut control = control_plane(control_addr, &pki).await;
+    let mut bin = Binary::spawn(&env);
+    let mut stream = control.stream_within(RECONNECT).await;
+    assert_eq!(stream.request().await.version_info, "");
+    let envoy = channel(bin.grpc, &pki, Some(&pki.envoy)).await.expect("an mTLS connection");
+    let mut health = HealthClient::new(envoy);
+    let want = if needs_domain {
+        (500, ServingStatus::NotServing as i32)
+    } else {
+        (200, ServingStatus::Serving as i32)
+    };
+    // From the first probe after the ports open, and for 20 s with nothing sent.
+    let quiet = Instant::now();
+    loop {
+        let (code, _) = common::http(bin.http, "GET", "/healthcheck", b"").await;
+        let status = health.check(HealthCheckRequest { service: "ratelimit".into() }).await;
+        let seen = (code, status.unwrap().into_inner().status);
+        assert_eq!(seen, want, "after {:?} without a configuration", quiet.elapsed());
+        if quiet.elapsed() >= Duration::from_secs(20) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if needs_domain {
+        stream.send(discovery("v1", "n1", vec![config(5, hour())]));
+        assert!(stream.request().await.error_detail.is_none(), "an ACK");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (code, _) = common::http(bin.http, "GET", "/healthcheck", b"").await;
+            let status = health.check(HealthCheckRequest { service: "ratelimit".into() }).await;
+            if (code, status.unwrap().into_inner().status) == (200, ServingStatus::Serving as i32) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "healthy once a configuration with a domain is in force"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert_eq!(bin.terminate().code(), Some(0));
+    control.shutdown(vec![stream]).await;
+    drop(redis);
+}
+
+#[tokio::test]
+async fn healthy_before_the_first_configuration() {
+    before_the_first_configuration(false).await;
+}
+
+#[tokio::test]
+async fn with_healthy_with_config_unhealthy_until_a_domain() {
+    before_the_first_configuration(true).await;
 }
