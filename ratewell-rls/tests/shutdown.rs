@@ -96,7 +96,7 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
         ("REDIS_URL", &addr),
         ("REDIS_TIMEOUT", "20s"),
     ]);
-    assert!(bin.logged("deciding on Redis at redis://"), "{:?}", bin.log.lock().unwrap());
+    assert!(bin.logged("deciding on Redis at redis://"), "{:?}", bin.lines());
     let mut client = bin.client().await;
     let r = client.should_rate_limit(request("d", &[&[("ip", "1")]], 1)).await.unwrap();
     assert_eq!(r.get_ref().overall_code, Code::Ok as i32);

@@ -103,7 +103,7 @@ impl Harness {
             std::fs::remove_file(entry.unwrap().path()).unwrap();
         }
         write_config(self.dir.path(), files);
-        wait_until(Duration::from_secs(2), || {
+        wait_until(DEADLINE, || {
             stats.config_load_success.load(Ordering::Relaxed)
                 + stats.config_load_error.load(Ordering::Relaxed)
                 > before
@@ -111,6 +111,10 @@ impl Harness {
         .await;
     }
 }
+
+/// The bound on a wait for something the test expects to happen: generous, so that only a hang
+/// reaches it on a busy machine (a wait ends as soon as its event is seen).
+pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Poll `done` until it holds or `limit` passes; panics on the limit.
 pub async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
@@ -183,8 +187,11 @@ pub struct Binary {
     pub http: std::net::SocketAddr,
     pub debug: std::net::SocketAddr,
     pub prometheus: Option<std::net::SocketAddr>,
-    /// What it wrote to standard error so far.
+    /// What it wrote to standard error so far (read it with [`Binary::lines`]).
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The thread that reads standard error into `log`; it ends when the process has exited
+    /// and its last line is in `log`.
+    reader: std::thread::JoinHandle<()>,
 }
 
 impl Binary {
@@ -216,26 +223,47 @@ impl Binary {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let lines = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Pushed before it is announced: every line up to the listening lines is in
+                // the log once `spawn` returns. A test that panicked holding the lock has
+                // poisoned it; the lines go on being kept for the assertions after.
+                lines.lock().unwrap_or_else(|e| e.into_inner()).push(line.clone());
                 // Plain, or inside a JSON log line (LOG_FORMAT=json).
                 if line.contains("ratewell-rls listening") {
-                    let _ = tx.send(line.clone());
+                    let _ = tx.send(line);
                 }
-                lines.lock().unwrap().push(line);
             }
         });
+        let snapshot = |log: &std::sync::Mutex<Vec<String>>| {
+            log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        };
         let listening = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", log.lock().unwrap()));
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", snapshot(&log)));
         let field = |line: &str, name: &str| -> Option<std::net::SocketAddr> {
             line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(|a| {
                 let end = a.find(|c: char| !(c.is_ascii_hexdigit() || ".:[]".contains(c)));
                 a[..end.unwrap_or(a.len())].parse().unwrap()
             })
         };
-        let prometheus =
-            rx.recv_timeout(Duration::from_millis(200)).ok().and_then(|l| field(&l, "prometheus"));
+        // With USE_PROMETHEUS (the binary's settings come from `env` alone), its address comes
+        // on a line of its own, written right after the first: waited for, however long the
+        // machine takes to write it.
+        let truthy = ["1", "t", "T", "TRUE", "true", "True"];
+        let use_prometheus = env
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "USE_PROMETHEUS")
+            .is_some_and(|(_, v)| truthy.contains(v));
+        let prometheus = if use_prometheus {
+            let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+                panic!("USE_PROMETHEUS, and no prometheus address: {:?}", snapshot(&log))
+            });
+            field(&line, "prometheus")
+        } else {
+            None
+        };
         Binary {
             grpc: field(&listening, "grpc").unwrap(),
             http: field(&listening, "http").unwrap(),
@@ -243,7 +271,38 @@ impl Binary {
             prometheus,
             child,
             log,
+            reader,
         }
+    }
+
+    /// The lines it wrote to standard error so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Wait until it has logged a line containing `text` (the line is read from its standard
+    /// error by a thread of its own, some time after the process wrote it); panics, with the
+    /// lines so far, past [`DEADLINE`].
+    pub async fn wait_logged(&self, text: &str) {
+        let deadline = Instant::now() + DEADLINE;
+        while !self.logged(text) {
+            assert!(Instant::now() < deadline, "{text:?} not logged within {DEADLINE:?}: {:?}", {
+                self.lines()
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Every line it wrote to standard error, once it has exited (the reader has reached the
+    /// end of the stream).
+    pub fn lines_to_end(&mut self) -> Vec<String> {
+        assert!(self.child.try_wait().unwrap().is_some(), "the process is still running");
+        let deadline = Instant::now() + DEADLINE;
+        while !self.reader.is_finished() {
+            assert!(Instant::now() < deadline, "standard error not closed within {DEADLINE:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.lines()
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
@@ -274,7 +333,7 @@ impl Binary {
 
     /// Whether it logged a line containing `text`.
     pub fn logged(&self, text: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|l| l.contains(text))
     }
 }
 
