@@ -94,15 +94,30 @@ impl Harness {
     }
 
     /// Replace the configuration and wait until the service has loaded or refused it.
+    ///
+    /// The service reads the directory every 20 ms, on a thread of its own, so the change is
+    /// made in one step whenever at most one file changes: each file is written beside the
+    /// directory and renamed into it (whole or not there at all, and a file of the same name
+    /// never missing), then the files `files` does not name are removed. The next load the
+    /// service counts is then of this configuration, not of a state half-way.
     pub async fn reconfigure(&self, files: &[(&str, &str)]) {
         let stats = self.running.service.stats();
         let before = stats.config_load_success.load(Ordering::Relaxed)
             + stats.config_load_error.load(Ordering::Relaxed);
         let dir = config_dir(self.dir.path());
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let staging = self.dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        for (name, yaml) in files {
+            std::fs::write(staging.join(name), yaml).unwrap();
+            std::fs::rename(staging.join(name), dir.join(name)).unwrap();
         }
-        write_config(self.dir.path(), files);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if !files.iter().any(|(name, _)| entry.file_name() == *name) {
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
         wait_until(DEADLINE, || {
             stats.config_load_success.load(Ordering::Relaxed)
                 + stats.config_load_error.load(Ordering::Relaxed)
