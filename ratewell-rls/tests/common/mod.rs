@@ -18,6 +18,9 @@ use ratewell_rls::settings::Settings;
 use tonic::transport::Channel;
 
 pub const S: u64 = 1_000_000_000;
+/// Signal numbers (the same on Linux and the BSDs).
+pub const SIGHUP: u32 = 1;
+pub const SIGTERM: u32 = 15;
 
 /// A service running in process, its configuration directory, clock and client.
 pub struct Harness {
@@ -326,8 +329,33 @@ impl Binary {
             .expect("a connection")
     }
 
-    /// Stop it as a service manager does (SIGTERM) and wait for it to exit.
+    /// Wait until the process catches signal number `signal`. The binary installs its handlers
+    /// after it writes the listening line, so a signal sent as soon as `spawn` returns can meet
+    /// the default action (death by the signal). Linux shows the signals a process catches in
+    /// `/proc/PID/status` (`SigCgt`); where it does not, this returns at once.
+    pub fn wait_catches(&self, signal: u32) {
+        let path = format!("/proc/{}/status", self.child.id());
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let Ok(status) = std::fs::read_to_string(&path) else { return };
+            let caught = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+            match caught {
+                None => return,
+                Some(mask) if mask & (1 << (signal - 1)) != 0 => return,
+                Some(_) => {}
+            }
+            assert!(Instant::now() < deadline, "signal {signal} not caught within {DEADLINE:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stop it as a service manager does (SIGTERM), once it catches SIGTERM, and wait for it to
+    /// exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.wait_catches(SIGTERM);
         let pid = self.child.id().to_string();
         let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(sent.success(), "kill -TERM {pid}");
