@@ -148,7 +148,11 @@ async fn a_lease_gives_back_only_what_it_did_not_spend() {
 async fn a_key_gone_cold_gives_its_slot_to_a_new_one_and_its_units_back() {
     let server = Server::start();
     let policy = "fixed-window limit=1000 window=1h align=first";
-    let max_length = Duration::from_millis(20);
+    // The lease sizes below (1, 2, then 4) and "a" still in use when "b" asks hold while each
+    // step comes within a lease's length, at least an eighth of max_length (and a lease's
+    // demand is measured against max_length): 1 s puts that at 125 ms, which a busy machine's
+    // delays stay far below. That "a" has gone cold is waited for by time alone (the sleep).
+    let max_length = Duration::from_secs(1);
     // One slot: two keys contend for it.
     let leases = Leases::new(instance(&server, policy, "cold:").await, 1, 64, max_length);
     // Leases of 1, 2 and then 4 units: the last holds 3 unspent.

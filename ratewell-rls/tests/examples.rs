@@ -109,7 +109,7 @@ async fn wait_loaded(client: &mut RateLimitServiceClient<Channel>, bin: &Binary,
             other => assert!(
                 Instant::now() < deadline,
                 "the example's configuration did not load: {other:?}; log: {:?}",
-                bin.log.lock().unwrap()
+                bin.lines()
             ),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -214,7 +214,7 @@ async fn the_kubernetes_example() {
 
     let vars: Vec<(&str, &str)> = local.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let bin = Binary::spawn(&vars);
-    assert!(bin.logged("deciding on Redis at redis://127.0.0.1:"), "{:?}", bin.log.lock().unwrap());
+    assert!(bin.logged("deciding on Redis at redis://127.0.0.1:"), "{:?}", bin.lines());
     let mut rls = client(&bin).await;
     wait_loaded(&mut rls, &bin, "rl").await;
     // example.yaml: source_cluster=proxy, destination_cluster=mock: 1 a minute.
@@ -282,7 +282,7 @@ async fn the_docker_compose_example() {
 
     let vars: Vec<(&str, &str)> = local.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let bin = Binary::spawn(&vars);
-    assert!(bin.logged("deciding on Redis at redis://127.0.0.1:"), "{:?}", bin.log.lock().unwrap());
+    assert!(bin.logged("deciding on Redis at redis://127.0.0.1:"), "{:?}", bin.lines());
     let mut rls = client(&bin).await;
     wait_loaded(&mut rls, &bin, "rl").await;
     // example.yaml: foo (any value): 2 a minute.

@@ -257,6 +257,10 @@ async fn config_reload(watch_root: bool) {
     assert_eq!(r, response(Code::Ok, vec![no_limit(0)]));
     let loads = || metric(&b, "ratelimit_service_config_load_success ");
     let before = loads().await;
+    // RELOAD_INTERVAL is 50 ms (`Binary::spawn`): a change takes effect within 100 intervals,
+    // a bound that a busy machine's scheduling stays far below and that a service not reading
+    // the directory at its interval goes past.
+    let promised = Duration::from_secs(5);
 
     let started = std::time::Instant::now();
     if watch_root {
@@ -272,7 +276,7 @@ async fn config_reload(watch_root: bool) {
         write_config(&v1, &[("reload.yaml", RELOAD)]);
     }
     while loads().await <= before {
-        assert!(started.elapsed() < Duration::from_secs(1), "reloaded within 1 s");
+        assert!(started.elapsed() < promised, "reloaded within {promised:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     clear_of_boundary(1, 0).await;
@@ -301,7 +305,7 @@ async fn config_reload(watch_root: bool) {
     }
     let started = std::time::Instant::now();
     while loads().await <= before {
-        assert!(started.elapsed() < Duration::from_secs(1), "restored within 1 s");
+        assert!(started.elapsed() < promised, "restored within {promised:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let r = c
@@ -311,7 +315,7 @@ async fn config_reload(watch_root: bool) {
         .into_inner();
     assert_eq!(r, response(Code::Ok, vec![no_limit(0)]), "the domain is gone again");
 
-    // Beyond the Go case: a bad file is refused within 1 s, counted and logged, and the
+    // Beyond the Go case: a bad file is refused within the bound, counted and logged, and the
     // configuration in force stays.
     let errors = || metric(&b, "ratelimit_service_config_load_error ");
     let before = errors().await;
@@ -320,10 +324,12 @@ async fn config_reload(watch_root: bool) {
     std::fs::write(dir.join("bad.yaml"), "domain: bad\nratelimit: {}\n").unwrap();
     let started = std::time::Instant::now();
     while errors().await <= before {
-        assert!(started.elapsed() < Duration::from_secs(1), "refused within 1 s");
+        assert!(started.elapsed() < promised, "refused within {promised:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(b.logged("error loading new configuration"), "{:?}", b.log.lock().unwrap());
+    // The counter moves before the line is written, and the line is read from the process's
+    // standard error by a thread of the test's: waited for on its own.
+    b.wait_logged("error loading new configuration").await;
     let r =
         c.should_rate_limit(request("basic", &[&[("key1", "foo")]], 1)).await.unwrap().into_inner();
     assert_eq!(r.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit), Some(50));

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 #[tokio::test]
@@ -21,9 +19,10 @@ async fn json_lines_with_the_go_field_names() {
         ("USE_STATSD", "false"),
     ]);
     // A configuration loaded is logged at info.
-    wait_until(Duration::from_secs(5), || bin.logged("loaded 1 configuration files")).await;
+    bin.wait_logged("loaded 1 configuration files").await;
     assert_eq!(bin.terminate().code(), Some(0));
-    let lines = bin.log.lock().unwrap().clone();
+    // Every line, the last ones written on the way out included.
+    let lines = bin.lines_to_end();
     assert!(lines.len() >= 3, "{lines:?}");
     let mut messages = Vec::new();
     for line in &lines {

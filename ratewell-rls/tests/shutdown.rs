@@ -73,6 +73,7 @@ async fn health_answers_for_ratelimit_and_the_empty_name() {
     assert!(bin.logged("deciding in process"), "the backend's line");
     // SIGHUP stops it too, as it stops the Go service (its runner's signals).
     let pid = bin.child.id().to_string();
+    bin.wait_catches(SIGHUP);
     assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     assert_eq!(bin.exited_within(Duration::from_secs(10)).await.code(), Some(0));
 }
@@ -96,7 +97,7 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
         ("REDIS_URL", &addr),
         ("REDIS_TIMEOUT", "20s"),
     ]);
-    assert!(bin.logged("deciding on Redis at redis://"), "{:?}", bin.log.lock().unwrap());
+    assert!(bin.logged("deciding on Redis at redis://"), "{:?}", bin.lines());
     let mut client = bin.client().await;
     let r = client.should_rate_limit(request("d", &[&[("ip", "1")]], 1)).await.unwrap();
     assert_eq!(r.get_ref().overall_code, Code::Ok as i32);
@@ -111,6 +112,7 @@ async fn sigterm_turns_health_off_finishes_in_flight_requests_and_exits_zero() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!in_flight.is_finished(), "the request waits on the stopped server");
     let pid = bin.child.id().to_string();
+    bin.wait_catches(SIGTERM);
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
 
     let next = tokio::time::timeout(Duration::from_secs(5), watch.message()).await;

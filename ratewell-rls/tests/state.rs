@@ -51,9 +51,9 @@ async fn counts_survive_a_restart() {
 
     // Read at start; then written every interval: a kill after it loses nothing.
     let b = Binary::spawn(&env);
-    assert!(b.logged("keys restored"), "{:?}", b.log.lock().unwrap());
+    assert!(b.logged("keys restored"), "{:?}", b.lines());
     assert_eq!(ask(&b).await, (Code::Ok, 0));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    written_again(&state).await;
     drop(b); // SIGKILL: no shutdown write.
     let mut b = Binary::spawn(&env);
     assert_eq!(ask(&b).await, (Code::OverLimit, 0));
@@ -67,6 +67,30 @@ async fn counts_survive_a_restart() {
     // A file that is not a state file: logged, and the counts start empty.
     std::fs::write(&state, b"garbage").unwrap();
     let b = Binary::spawn(&env);
-    assert!(b.logged("the counts start empty"), "{:?}", b.log.lock().unwrap());
+    assert!(b.logged("the counts start empty"), "{:?}", b.lines());
     assert_eq!(ask(&b).await, (Code::Ok, 2));
+}
+
+/// Wait until the periodic write has replaced `path` with a snapshot taken after this call:
+/// two replacements seen (the writes follow one another, so the second began after the first
+/// had finished, which was after the call). Each write replaces the file (a new file renamed
+/// over it): a replacement is a new (inode, modification time).
+async fn written_again(path: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let id = || {
+        let m = std::fs::metadata(path).expect("the state file");
+        (m.ino(), m.modified().unwrap())
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut last = id();
+    let mut seen = 0;
+    while seen < 2 {
+        assert!(std::time::Instant::now() < deadline, "not written twice within {DEADLINE:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = id();
+        if now != last {
+            seen += 1;
+        }
+        last = now;
+    }
 }

@@ -52,16 +52,16 @@ async fn decide(h: &mut Harness, n: usize) -> Vec<i32> {
     codes
 }
 
-/// Lines received on `socket` until `enough` holds of them all (at most 3 s).
+/// Lines received on `socket` until `enough` holds of them all (at most [`DEADLINE`]).
 async fn receive(socket: &UdpSocket, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + DEADLINE;
     let mut lines = Vec::new();
     let mut buf = vec![0u8; 65_536];
     while !enough(&lines) {
         let left = until.saturating_duration_since(Instant::now());
         let n = timeout(left, socket.recv(&mut buf))
             .await
-            .unwrap_or_else(|_| panic!("not enough within 3 s: {lines:#?}"))
+            .unwrap_or_else(|_| panic!("not enough within {DEADLINE:?}: {lines:#?}"))
             .unwrap();
         assert!(n <= ratewell_rls::statsd::MAX_DATAGRAM, "a datagram of {n} bytes");
         let text = std::str::from_utf8(&buf[..n]).unwrap();
@@ -142,7 +142,7 @@ async fn go_names_counts_and_deltas() {
     }
     assert!(!lines.iter().any(|l| l.contains("config_load")), "{lines:#?}");
     let _ = stop.send(true);
-    timeout(Duration::from_secs(2), task).await.expect("the sink stops").unwrap();
+    timeout(DEADLINE, task).await.expect("the sink stops").unwrap();
     h.running.stop().await;
 }
 
@@ -210,7 +210,7 @@ async fn host_names_resolve() {
         };
         String::from_utf8_lossy(&buf[..n.unwrap()]).into_owned()
     };
-    let text = timeout(Duration::from_secs(3), got).await.expect("a datagram within 3 s");
+    let text = timeout(DEADLINE, got).await.expect("a datagram");
     assert!(text.lines().any(|l| l == want), "{text}");
 }
 
@@ -242,7 +242,7 @@ async fn a_dead_sink_changes_nothing() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let _ = stop.send(true);
     for task in [dead, unresolved, slow] {
-        timeout(Duration::from_secs(4), task).await.expect("the sink stops").unwrap();
+        timeout(DEADLINE, task).await.expect("the sink stops").unwrap();
     }
     let lines = receive(&live, |l| !l.is_empty()).await;
     assert!(lines.contains(&format!("{KEY}.total_hits:9|c")), "{lines:#?}");

@@ -320,9 +320,34 @@ async fn the_proxy_serves_metrics_that_count_every_request() {
     assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
 
+/// Wait until the process `pid` catches SIGTERM. The proxy installs its handler after it prints
+/// `listening on`, so a SIGTERM sent at once can meet the default action (death by the signal).
+/// Linux shows the signals a process catches in `/proc/PID/status` (`SigCgt`); where it does
+/// not, this returns at once.
+fn wait_catches_sigterm(pid: u32) {
+    const SIGTERM: u32 = 15;
+    let path = format!("/proc/{pid}/status");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let Ok(status) = std::fs::read_to_string(&path) else { return };
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+        match caught {
+            None => return,
+            Some(mask) if mask & (1 << (SIGTERM - 1)) != 0 => return,
+            Some(_) => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "SIGTERM not caught within 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Stop the proxy as a service manager does (SIGTERM) and wait for it: it writes `--state` and
 /// exits 0.
 fn terminate(mut proxy: Proxy) {
+    wait_catches_sigterm(proxy.child.id());
     let pid = proxy.child.id().to_string();
     let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(sent.success(), "kill -TERM {pid}");

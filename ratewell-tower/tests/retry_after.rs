@@ -14,7 +14,7 @@ use bytes::Bytes;
 use common::{param, sf_list};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
-use ratewell::{Clock, ManualClock};
+use ratewell::Clock;
 use ratewell_tower::{Key, Limit, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
@@ -25,6 +25,25 @@ const P: u64 = 2 * SECOND;
 /// The clock moves this much before every request (a refill every 8 steps).
 const STEP: u64 = SECOND / 4;
 const REQUESTS: usize = 20_000;
+
+/// The shared clock both threads move: each move one atomic add, so that none is lost and the
+/// reading never goes back, however the threads interleave (a `ManualClock`'s `advance` is a
+/// read then a write: two threads moving it at once can lose a move, and a thread preempted
+/// between the two takes the clock back).
+#[derive(Clone)]
+struct SharedClock(Arc<AtomicU64>);
+
+impl SharedClock {
+    fn advance(&self, ns: u64) {
+        self.0.fetch_add(ns, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SharedClock {
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 struct Record {
     /// The order the request began and ended in, among both threads' (one counter).
@@ -40,7 +59,7 @@ struct Record {
 
 #[test]
 fn every_429_reports_its_own_rejection_and_waits_at_least_the_true_wait() {
-    let clock = ManualClock::new(0);
+    let clock = SharedClock(Arc::new(AtomicU64::new(0)));
     let layer = RateLimitLayer::builder()
         .clock(clock.clone())
         .admitted_headers(false)

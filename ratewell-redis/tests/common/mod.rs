@@ -113,8 +113,31 @@ impl Server {
         self.spawn();
     }
 
+    /// SIGSTOP, and wait until the process is stopped: the signal is delivered asynchronously,
+    /// and from then on the server answers nothing.
     pub fn stop(&self) {
         self.signal("-STOP");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.stopped() {
+            assert!(Instant::now() < deadline, "redis-server not stopped 20 s after SIGSTOP");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether the process is stopped by a signal: state `T` in `/proc/PID/stat` (Linux), or
+    /// in `ps`'s `stat` column elsewhere.
+    fn stopped(&self) -> bool {
+        let pid = self.pid();
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // `PID (COMM) STATE ...`: the state follows the last `)`.
+            return stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+        }
+        Command::new("ps")
+            .args(["-o", "stat=", "-p", &pid.to_string()])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim_start().starts_with('T'))
     }
 
     pub fn resume(&self) {

@@ -18,6 +18,9 @@ use ratewell_rls::settings::Settings;
 use tonic::transport::Channel;
 
 pub const S: u64 = 1_000_000_000;
+/// Signal numbers (the same on Linux and the BSDs).
+pub const SIGHUP: u32 = 1;
+pub const SIGTERM: u32 = 15;
 
 /// A service running in process, its configuration directory, clock and client.
 pub struct Harness {
@@ -94,16 +97,31 @@ impl Harness {
     }
 
     /// Replace the configuration and wait until the service has loaded or refused it.
+    ///
+    /// The service reads the directory every 20 ms, on a thread of its own, so the change is
+    /// made in one step whenever at most one file changes: each file is written beside the
+    /// directory and renamed into it (whole or not there at all, and a file of the same name
+    /// never missing), then the files `files` does not name are removed. The next load the
+    /// service counts is then of this configuration, not of a state half-way.
     pub async fn reconfigure(&self, files: &[(&str, &str)]) {
         let stats = self.running.service.stats();
         let before = stats.config_load_success.load(Ordering::Relaxed)
             + stats.config_load_error.load(Ordering::Relaxed);
         let dir = config_dir(self.dir.path());
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let staging = self.dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        for (name, yaml) in files {
+            std::fs::write(staging.join(name), yaml).unwrap();
+            std::fs::rename(staging.join(name), dir.join(name)).unwrap();
         }
-        write_config(self.dir.path(), files);
-        wait_until(Duration::from_secs(2), || {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if !files.iter().any(|(name, _)| entry.file_name() == *name) {
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
+        wait_until(DEADLINE, || {
             stats.config_load_success.load(Ordering::Relaxed)
                 + stats.config_load_error.load(Ordering::Relaxed)
                 > before
@@ -111,6 +129,10 @@ impl Harness {
         .await;
     }
 }
+
+/// The bound on a wait for something the test expects to happen: generous, so that only a hang
+/// reaches it on a busy machine (a wait ends as soon as its event is seen).
+pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Poll `done` until it holds or `limit` passes; panics on the limit.
 pub async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
@@ -183,8 +205,11 @@ pub struct Binary {
     pub http: std::net::SocketAddr,
     pub debug: std::net::SocketAddr,
     pub prometheus: Option<std::net::SocketAddr>,
-    /// What it wrote to standard error so far.
+    /// What it wrote to standard error so far (read it with [`Binary::lines`]).
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The thread that reads standard error into `log`; it ends when the process has exited
+    /// and its last line is in `log`.
+    reader: std::thread::JoinHandle<()>,
 }
 
 impl Binary {
@@ -216,26 +241,47 @@ impl Binary {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let lines = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Pushed before it is announced: every line up to the listening lines is in
+                // the log once `spawn` returns. A test that panicked holding the lock has
+                // poisoned it; the lines go on being kept for the assertions after.
+                lines.lock().unwrap_or_else(|e| e.into_inner()).push(line.clone());
                 // Plain, or inside a JSON log line (LOG_FORMAT=json).
                 if line.contains("ratewell-rls listening") {
-                    let _ = tx.send(line.clone());
+                    let _ = tx.send(line);
                 }
-                lines.lock().unwrap().push(line);
             }
         });
+        let snapshot = |log: &std::sync::Mutex<Vec<String>>| {
+            log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        };
         let listening = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", log.lock().unwrap()));
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|_| panic!("the binary did not listen: {:?}", snapshot(&log)));
         let field = |line: &str, name: &str| -> Option<std::net::SocketAddr> {
             line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(|a| {
                 let end = a.find(|c: char| !(c.is_ascii_hexdigit() || ".:[]".contains(c)));
                 a[..end.unwrap_or(a.len())].parse().unwrap()
             })
         };
-        let prometheus =
-            rx.recv_timeout(Duration::from_millis(200)).ok().and_then(|l| field(&l, "prometheus"));
+        // With USE_PROMETHEUS (the binary's settings come from `env` alone), its address comes
+        // on a line of its own, written right after the first: waited for, however long the
+        // machine takes to write it.
+        let truthy = ["1", "t", "T", "TRUE", "true", "True"];
+        let use_prometheus = env
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "USE_PROMETHEUS")
+            .is_some_and(|(_, v)| truthy.contains(v));
+        let prometheus = if use_prometheus {
+            let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+                panic!("USE_PROMETHEUS, and no prometheus address: {:?}", snapshot(&log))
+            });
+            field(&line, "prometheus")
+        } else {
+            None
+        };
         Binary {
             grpc: field(&listening, "grpc").unwrap(),
             http: field(&listening, "http").unwrap(),
@@ -243,7 +289,38 @@ impl Binary {
             prometheus,
             child,
             log,
+            reader,
         }
+    }
+
+    /// The lines it wrote to standard error so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Wait until it has logged a line containing `text` (the line is read from its standard
+    /// error by a thread of its own, some time after the process wrote it); panics, with the
+    /// lines so far, past [`DEADLINE`].
+    pub async fn wait_logged(&self, text: &str) {
+        let deadline = Instant::now() + DEADLINE;
+        while !self.logged(text) {
+            assert!(Instant::now() < deadline, "{text:?} not logged within {DEADLINE:?}: {:?}", {
+                self.lines()
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Every line it wrote to standard error, once it has exited (the reader has reached the
+    /// end of the stream).
+    pub fn lines_to_end(&mut self) -> Vec<String> {
+        assert!(self.child.try_wait().unwrap().is_some(), "the process is still running");
+        let deadline = Instant::now() + DEADLINE;
+        while !self.reader.is_finished() {
+            assert!(Instant::now() < deadline, "standard error not closed within {DEADLINE:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.lines()
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
@@ -252,8 +329,33 @@ impl Binary {
             .expect("a connection")
     }
 
-    /// Stop it as a service manager does (SIGTERM) and wait for it to exit.
+    /// Wait until the process catches signal number `signal`. The binary installs its handlers
+    /// after it writes the listening line, so a signal sent as soon as `spawn` returns can meet
+    /// the default action (death by the signal). Linux shows the signals a process catches in
+    /// `/proc/PID/status` (`SigCgt`); where it does not, this returns at once.
+    pub fn wait_catches(&self, signal: u32) {
+        let path = format!("/proc/{}/status", self.child.id());
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let Ok(status) = std::fs::read_to_string(&path) else { return };
+            let caught = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+            match caught {
+                None => return,
+                Some(mask) if mask & (1 << (signal - 1)) != 0 => return,
+                Some(_) => {}
+            }
+            assert!(Instant::now() < deadline, "signal {signal} not caught within {DEADLINE:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stop it as a service manager does (SIGTERM), once it catches SIGTERM, and wait for it to
+    /// exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.wait_catches(SIGTERM);
         let pid = self.child.id().to_string();
         let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(sent.success(), "kill -TERM {pid}");
@@ -274,7 +376,7 @@ impl Binary {
 
     /// Whether it logged a line containing `text`.
     pub fn logged(&self, text: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|l| l.contains(text))
     }
 }
 
