@@ -2,12 +2,14 @@
 //! software prefetch of a key's bucket (batched decisions) and, on Linux, asking for transparent
 //! huge pages under the key table. Each `unsafe` block states why it is sound; `cargo +nightly
 //! miri test --lib` runs the table's and the batches' unit tests through the prefetch (Miri
-//! cannot call the kernel: under it the huge-page advice is skipped).
+//! cannot call the kernel or run inline assembly: under it the huge-page advice and the aarch64
+//! prefetch are skipped).
 #![allow(unsafe_code)]
 
 /// Start loading the cache line holding `value` (to every level of cache), without waiting for
 /// it: a hint that reads nothing into the program, cannot fault, and is dropped by the CPU if
-/// the line cannot be fetched cheaply. A no-op on targets without a stable prefetch.
+/// the line cannot be fetched cheaply. `prefetcht0` on x86_64, `prfm pldl1keep` on aarch64, a
+/// no-op elsewhere.
 #[inline(always)]
 pub(crate) fn prefetch<T>(value: &T) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
@@ -19,7 +21,28 @@ pub(crate) fn prefetch<T>(value: &T) {
         // address is allowed (and this one is a live reference).
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
     }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
+    // aarch64 has no stable prefetch intrinsic (`core::arch::aarch64::_prefetch` is unstable):
+    // the instruction itself. Not under Miri, which cannot run inline assembly.
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
+    {
+        let p = std::ptr::from_ref(value);
+        // SAFETY: `prfm` is a hint (Arm Architecture Reference Manual, *Prefetch memory*: it
+        // generates no synchronous Data Abort, whatever the address), so it cannot fault, and
+        // it writes no register, flag or memory: at most it starts a cache fill. The options
+        // say so: no stack, flags kept, memory at most read. (The address is a live
+        // reference's anyway.)
+        unsafe {
+            std::arch::asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) p,
+                options(nostack, preserves_flags, readonly)
+            )
+        }
+    }
+    #[cfg(not(any(
+        all(target_arch = "x86_64", target_feature = "sse"),
+        all(target_arch = "aarch64", not(miri))
+    )))]
     let _ = value;
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ratewell::{KeyedLimiter, Limiter, Policy};
+use ratewell::{Clock, KeyedLimiter, Limiter, Policy, QuantaClock};
 
 use crate::progress::Progress;
 use crate::table;
@@ -110,6 +110,96 @@ fn measure(
     })
 }
 
+/// The counter quanta reads on this architecture (where it finds one usable: otherwise it reads the
+/// operating system's monotonic clock, and the frequency below shows 1 GHz).
+const COUNTER: &str = if cfg!(target_arch = "aarch64") {
+    "cntvct_el0"
+} else if cfg!(target_arch = "x86_64") {
+    "TSC"
+} else {
+    "OS"
+};
+
+/// What the limiters' clock (`QuantaClock`) can tell apart here, measured: neither quanta nor the
+/// standard library reports the counter's frequency.
+struct Resolution {
+    /// Counter ticks per second: the raw counter's advance over 20 ms of the operating system's
+    /// monotonic clock.
+    hz: f64,
+    /// The median of the nonzero forward steps between successive readings of `QuantaClock` on
+    /// one thread (ns): the counter's step as read, or the time a reading takes where that is
+    /// longer. The median, not the smallest: under qemu-user a few steps are odd (4 ns among
+    /// steps of 992 ns).
+    step: Option<u64>,
+    /// Of the successive pairs of readings, how many read the same nanosecond, and how many an
+    /// earlier one.
+    equal: usize,
+    back: usize,
+    pairs: usize,
+}
+
+impl Resolution {
+    fn measure() -> Resolution {
+        let counter = quanta::Clock::new();
+        let began = Instant::now();
+        let first = counter.raw();
+        while began.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        let ticks = counter.raw().wrapping_sub(first);
+        let hz = ticks as f64 / began.elapsed().as_secs_f64();
+
+        let clock = QuantaClock::new();
+        let pairs = 100_000;
+        let (mut steps, mut equal, mut back) = (Vec::with_capacity(pairs), 0, 0);
+        let mut last = clock.now();
+        for _ in 0..pairs {
+            let now = black_box(clock.now());
+            match now.cmp(&last) {
+                std::cmp::Ordering::Equal => equal += 1,
+                std::cmp::Ordering::Less => back += 1,
+                std::cmp::Ordering::Greater => steps.push(now - last),
+            }
+            last = now;
+        }
+        steps.sort_unstable();
+        let step = steps.get(steps.len() / 2).copied();
+        Resolution { hz, step, equal, back, pairs }
+    }
+}
+
+impl std::fmt::Display for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tick = 1e9 / self.hz;
+        let equal = self.equal as f64 * 100.0 / self.pairs as f64;
+        write!(
+            f,
+            "clock: the counter runs at {:.2} MHz (measured against the OS clock over 20 ms), a \
+             tick of {tick:.2} ns; successive readings on one thread: {equal:.1}% of {} pairs \
+             equal",
+            self.hz / 1e6,
+            self.pairs,
+        )?;
+        if self.back > 0 {
+            write!(f, ", {} going back", self.back)?;
+        }
+        let Some(step) = self.step else {
+            return write!(f, ", none moving on (the clock stood still)");
+        };
+        // Where readings repeat, they come faster than the counter moves: the steps are the
+        // counter's own, as the limiter reads it (a tick, or more where the counter is updated
+        // in coarser steps, as under qemu-user). Where none repeats, a step is the read's own
+        // time, and the limit is the tick, in whole nanoseconds.
+        let finest = if self.equal > 0 { step as f64 } else { tick.max(1.0) };
+        write!(
+            f,
+            ", the median step {step} ns{}: a decision tells apart instants {finest:.0} ns apart \
+             (requests within that share an instant)",
+            if self.equal > 0 { " (the counter's step)" } else { " (the read's own time)" },
+        )
+    }
+}
+
 /// A cheap, decent stream of random keys in `0..keys` per thread (xorshift64*, then a
 /// multiply-shift into the range).
 #[inline]
@@ -150,13 +240,14 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let threads = usize::from(args.threads);
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "ratewell bench: {threads} thread{} on {cpus} CPU{}, {} s a row, TSC clock (quanta); keyed: \
-         {} keys at random",
+        "ratewell bench: {threads} thread{} on {cpus} CPU{}, {} s a row, {COUNTER} clock (quanta); \
+         keyed: {} keys at random",
         if threads == 1 { "" } else { "s" },
         if cpus == 1 { "" } else { "s" },
         args.seconds,
         args.keys,
     );
+    println!("{}", Resolution::measure());
     if threads > cpus {
         println!("(more threads than CPUs: the threads take turns, and the figures show it)");
     }

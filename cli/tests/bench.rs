@@ -7,6 +7,10 @@ fn bench_prints_a_row_per_algorithm_and_mode() {
     let run =
         common::ratewell(&["bench", "--seconds", "0.02", "--keys", "1000", "--threads", "2"], "");
     assert_eq!(run.code, Some(0), "{}", run.err);
+    // The clock's resolution: the counter's frequency, measured.
+    let clock = run.out.lines().find(|l| l.starts_with("clock: ")).expect(&run.out);
+    let mhz: f64 = clock.split(" MHz").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(mhz > 0.0, "{clock}");
     for algorithm in [
         "token bucket (GCRA)",
         "token bucket (discrete fill)",
