@@ -64,6 +64,9 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // Caught from here on: the listening lines below tell a supervisor (and the tests) that
+        // a signal now stops the service with its drain.
+        let signals = StopSignals::new();
         // Tests read these lines to find the ports they asked the system for (port 0).
         let grpc = match &running.grpc_uds {
             Some(path) => format!("unix:{}", path.display()),
@@ -77,7 +80,7 @@ fn main() -> ExitCode {
         if let Some(addr) = running.prometheus {
             announce(json, &format!("ratewell-rls listening: prometheus={addr}"));
         }
-        wait_for_signal().await;
+        signals.wait().await;
         running.stop().await;
         ExitCode::SUCCESS
     })
@@ -92,19 +95,38 @@ fn announce(json: bool, line: &str) {
     }
 }
 
-/// SIGTERM, SIGINT or SIGHUP: the signals the Go service stops on (its runner's).
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
-        (Ok(mut term), Ok(mut hup)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+/// SIGTERM, SIGINT or SIGHUP: the signals the Go service stops on (its runner's), each
+/// handled from the moment this is made.
+struct StopSignals([Option<tokio::signal::unix::Signal>; 3]);
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals([
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::hangup()).ok(),
+        ])
+    }
+
+    /// Until one of them arrives (one that could not be handled keeps its default action,
+    /// which ends the process).
+    async fn wait(self) {
+        let [mut term, mut int, mut hup] = self.0;
+        tokio::select! {
+            _ = arrival(&mut term) => {}
+            _ = arrival(&mut int) => {}
+            _ = arrival(&mut hup) => {}
         }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The next arrival of `signal`, or never.
+async fn arrival(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
         }
+        None => std::future::pending().await,
     }
 }

@@ -24,11 +24,11 @@ fn discovery(version: &str, configs: Vec<RateLimitConfig>) -> DiscoveryResponse 
     response(version, &format!("n-{version}"), configs.iter().map(any).collect())
 }
 
-/// Poll gRPC health for `ratelimit` until it reads `want` (at most 2 s).
+/// Poll gRPC health for `ratelimit` until it reads `want` (a deadline for a hang only).
 async fn until_status(grpc: std::net::SocketAddr, want: ServingStatus) {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{grpc}")).unwrap();
     let mut health = HealthClient::new(endpoint.connect().await.unwrap());
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let r = health.check(HealthCheckRequest { service: "ratelimit".into() }).await;
         if r.unwrap().into_inner().status == want as i32 {
