@@ -59,8 +59,9 @@ fn ttls(server: &Server, prefix: &str) -> Vec<(String, i64)> {
 fn assert_expire(found: &[(String, i64)], longest: i64, ctx: &str) {
     assert!(!found.is_empty(), "{ctx}: the decisions wrote no key");
     for (key, ttl) in found {
-        // -2: the key expired between SCAN and PTTL.
-        assert!(*ttl > 0 || *ttl == -2, "{ctx}: {key} has PTTL {ttl}: it never expires");
+        // -1 is a key without an expiry. 0 (under a millisecond left) and -2 (expired between
+        // SCAN and PTTL) are keys that expire: with windows of 250 ms, a slow machine reads them.
+        assert!(*ttl != -1, "{ctx}: {key} has PTTL {ttl}: it never expires");
         assert!(
             *ttl <= longest,
             "{ctx}: {key} expires in {ttl} ms, past the {longest} ms it can matter"
