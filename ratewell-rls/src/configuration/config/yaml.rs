@@ -277,7 +277,7 @@ impl ConfigFile {
     /// key of the same name, the unit by Go's name for its number (`SECOND`; `UNKNOWN` for 0,
     /// which only an unlimited limit may have; a number the enum does not declare as the number,
     /// which the load refuses), no `value_to_metric` or `share_threshold` (the resource has
-    /// neither). It is checked when loaded ([`RateLimitConfig::new`]), as a YAML file is.
+    /// neither). It is checked when loaded ([`RateLimitConfig::new`](crate::configuration::config::RateLimitConfig::new)), as a YAML file is.
     pub fn from_xds(resource: &crate::configuration::xds::proto::RateLimitConfig) -> ConfigFile {
         let root = YamlRoot {
             domain: resource.domain.clone(),
