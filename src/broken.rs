@@ -91,8 +91,8 @@ pub(crate) fn take_state(state: &AtomicU64) -> u64 {
 
 /// The lock a snapshot holds while it reads a shard (`table.rs`). `snapshot_unlocked`: none,
 /// so a key being moved between its buckets is in neither when the snapshot passes, and is lost.
-pub(crate) fn snapshot_guard(lock: &Mutex<()>) -> Option<crate::sync::MutexGuard<'_, ()>> {
-    if cfg!(ratewell_broken = "snapshot_unlocked") { None } else { table::snapshot_guard(lock) }
+pub(crate) fn snapshot_guard(t: &Table, shard: usize) -> Option<table::ShardGuard<'_>> {
+    if cfg!(ratewell_broken = "snapshot_unlocked") { None } else { table::snapshot_guard(t, shard) }
 }
 
 /// A sliding log's decision (`limiter.rs`). `log_split_lock`: checked under one lock and logged

@@ -140,6 +140,47 @@ impl Clock for QuantaClock {
     }
 }
 
+/// The clock of a shared table (`KeyedLimiter::open_shared`): the TSC (quanta's counter) read
+/// as every process attached to the table reads it, from the origin and scale in the table's
+/// header, so that all of them read the same time for the same instant.
+///
+/// A process's own [`QuantaClock`] has its own calibration and epoch: two processes would
+/// disagree by the difference of their epochs, and drift apart by the difference of their
+/// calibrations. This clock's reading is `(counter - origin) * scale / 2^32` with the header's
+/// `origin` and `scale` (nanoseconds per 2^32 ticks, measured by the process that made the
+/// table; each process that attaches checks that its own calibration is within 10%: that it reads
+/// the same counter). Where quanta
+/// reads no TSC, its counter is `CLOCK_MONOTONIC` in nanoseconds, and the scale 2^32.
+#[derive(Clone, Debug)]
+pub struct SharedClock {
+    clock: quanta::Clock,
+    origin: u64,
+    scale: u64,
+}
+
+#[cfg_attr(not(all(target_os = "linux", not(ratewell_loom))), allow(dead_code))] // shared tables only
+impl SharedClock {
+    /// A reading of the counter now, and its scale as this process calibrates it.
+    pub(crate) fn calibrate() -> (u64, u64) {
+        let clock = quanta::Clock::new();
+        (clock.raw(), clock.delta_as_nanos(0, 1 << 32))
+    }
+
+    pub(crate) fn new(origin: u64, scale: u64) -> Self {
+        SharedClock { clock: quanta::Clock::new(), origin, scale }
+    }
+}
+
+impl Clock for SharedClock {
+    const MONOTONIC: bool = true;
+
+    #[inline]
+    fn now(&self) -> u64 {
+        let ticks = self.clock.raw().saturating_sub(self.origin);
+        ((u128::from(ticks) * u128::from(self.scale)) >> 32) as u64
+    }
+}
+
 /// A coarse clock: `quanta`'s recent time, kept by a background thread.
 ///
 /// A read is one load of a shared word, cheaper than a TSC read, at the price of precision: a

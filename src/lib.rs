@@ -107,16 +107,24 @@ mod snapshot;
 mod sync;
 mod word;
 
-pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
+pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock, SharedClock};
 
 pub use decision::{Decision, Outcome};
+/// The shared table's lock and initialisation protocols, for the loom models; not part of the
+/// API.
+#[cfg(ratewell_loom)]
+#[doc(hidden)]
+pub use keyed::shared::protocol as shared_protocol;
 pub use keyed::{Builder, CapacityError, Charge, KeyedLimiter, Metrics, OnFull, PolicyId, Request};
 pub use keyed::{IpKey, IpPrefixes};
+#[cfg(all(target_os = "linux", not(ratewell_loom)))]
+pub use keyed::{SharedError, SharedInfo};
 pub use layered::{
     Absent, KeyCountError, KeyHasher, Layer, LayerKey, LayeredDecision, LayeredLimiter,
     LayersError, MAX_LAYERS, OwnedReservation, Reservation,
 };
 pub use limiter::Limiter;
+pub use mem::Region;
 pub use policy::{Parameters, Policy, PolicyError};
 pub use snapshot::{Restored, Resume, SnapshotError, SnapshotInfo};
 pub use word::{Fields, LogPolicy, LogState, Nanos, State, WordPolicy};

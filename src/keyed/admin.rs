@@ -48,7 +48,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             huge_pages: stats.huge_pages,
             admitted,
             rejected,
-            refunds: self.refunds.load(std::sync::atomic::Ordering::Relaxed),
+            refunds: self.counts.refunds(),
         }
     }
 }

@@ -13,13 +13,13 @@ use crate::policy::Policy;
 #[derive(Debug)]
 #[must_use = "a builder builds nothing until `build` is called"]
 pub struct Builder<K: ?Sized, C> {
-    policy: Policy,
-    capacity: usize,
+    pub(super) policy: Policy,
+    pub(super) capacity: usize,
     /// The clock given, or how to make the default one (made only if none is given: the TSC
     /// clock calibrates when made).
     clock: Result<C, fn() -> C>,
-    seed: Option<u64>,
-    on_full: Option<OnFull>,
+    pub(super) seed: Option<u64>,
+    pub(super) on_full: Option<OnFull>,
     _key: PhantomData<fn(&K)>,
 }
 

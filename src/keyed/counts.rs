@@ -15,6 +15,11 @@
 //! Reading sums every pair, with `Relaxed` loads: a total of counts each exact, possibly a moment
 //! behind decisions being made meanwhile.
 //!
+//! A shared table (`shared/`) keeps its counters in its region: one block of [`OWNED`] cells per
+//! process attached (leased by the process's identity, and taken over from a dead one, whose
+//! counts it keeps adding to), and the striped pairs, shared by every process. Its sum is every
+//! block's.
+//!
 //! Handing an index over: the exiting thread's last stores to its counters come before the
 //! `Release` of its bit; the next thread takes the bit with an `Acquire` compare-exchange, so its
 //! first load of each counter sees those stores, and it goes on from there.
@@ -22,28 +27,27 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
+use crate::mem::Slab;
 
 /// Threads that can count at the same time without a read-modify-write.
 pub(crate) const OWNED: usize = 64;
 /// Striped counters for the threads beyond [`OWNED`].
-const SHARED: usize = 8;
+pub(crate) const SHARED: usize = 8;
 
 /// Bit `i` set: index `i` is leased to a live thread.
 static LEASED: AtomicU64 = AtomicU64::new(0);
 
 /// Counters a thread's cell spans: one cache line of `u64`s, of which it uses the first two.
 const CELL: usize = 128 / 8;
-/// This thread has not asked for an index yet (as a position: past every cell).
+/// This thread has not asked for an index yet (past every cell).
 const UNASKED: usize = usize::MAX / 2;
-/// This thread has no index: it counts on the shared stripes (as a position: past every cell).
-const NO_INDEX: usize = OWNED * CELL;
+/// This thread has no index: it counts on the shared stripes (past every cell).
+const NO_INDEX: usize = OWNED;
 
 thread_local! {
-    /// Where this thread's cell starts among a [`Counts`]'s owned counters (its index times
-    /// [`CELL`]), or [`UNASKED`], or [`NO_INDEX`]: the position itself, so that a count is one
-    /// bounds check and one increment. No destructor, so reading it is a plain thread-local load,
-    /// valid until the thread is gone.
+    /// This thread's cell among a [`Counts`]'s owned ones, or [`UNASKED`], or [`NO_INDEX`], so
+    /// that a count is one bounds check and one increment. No destructor, so reading it is a
+    /// plain thread-local load, valid until the thread is gone.
     static INDEX: Cell<usize> = const { Cell::new(UNASKED) };
     /// Holds the leased index; gives it back when the thread exits.
     static LEASE: Lease = Lease::take();
@@ -51,10 +55,17 @@ thread_local! {
 
 const _: () = assert!(OWNED <= 64 && NO_INDEX + 1 < UNASKED);
 
-/// Every owned cell of one limiter, flat: cell `i` is counters `i * CELL..i * CELL + 2`
-/// (rejected, admitted), each cell on a cache line of its own.
-#[repr(align(128))]
-struct Owned([AtomicU64; OWNED * CELL]);
+/// One thread's counters (rejected, admitted), on a cache line pair of its own; and one stripe.
+#[derive(Default)]
+#[repr(C, align(128))]
+pub(crate) struct Counters([AtomicU64; CELL]);
+
+/// A shared table's counters in its region: every process's block of [`OWNED`] cells, then the
+/// [`SHARED`] stripes, then the refunds.
+#[cfg_attr(not(all(target_os = "linux", not(ratewell_loom))), allow(dead_code))] // shared tables only
+pub(crate) const fn region_cells(blocks: usize) -> usize {
+    blocks * OWNED + SHARED + 1
+}
 
 struct Lease(Option<usize>);
 
@@ -90,18 +101,50 @@ impl Drop for Lease {
     }
 }
 
-/// One limiter's admitted and rejected counts.
+/// One limiter's admitted and rejected counts, and its refunds.
 pub(crate) struct Counts {
-    owned: Box<Owned>,
-    shared: Box<[CachePadded<[AtomicU64; 2]>; SHARED]>,
+    /// This process's cells (none: a shared table with no block left for this process counts
+    /// on the stripes).
+    owned: Slab<Counters>,
+    /// The stripes; then one more cell, whose first word counts refunds.
+    shared: Slab<Counters>,
+    /// A shared table's every block of cells, this process's included, for the sum.
+    all: Option<Slab<Counters>>,
 }
 
 impl Counts {
     pub(crate) fn new() -> Self {
-        Counts {
-            owned: Box::new(Owned(std::array::from_fn(|_| AtomicU64::new(0)))),
-            shared: Box::new(std::array::from_fn(|_| CachePadded::default())),
-        }
+        let cells = |n: usize| Slab::from_box((0..n).map(|_| Counters::default()).collect());
+        Counts { owned: cells(OWNED), shared: cells(SHARED + 1), all: None }
+    }
+
+    /// The counts of a shared table: `cells` ([`region_cells`]`(blocks)` of them) in its region,
+    /// this process counting in block `block` (`None`: on the stripes).
+    #[cfg_attr(not(all(target_os = "linux", not(ratewell_loom))), allow(dead_code))] // shared tables only
+    pub(crate) fn in_region(
+        region: &std::sync::Arc<crate::mem::Region>,
+        offset: usize,
+        blocks: usize,
+        block: Option<usize>,
+    ) -> Option<Self> {
+        let size = size_of::<Counters>();
+        let owned = match block {
+            Some(b) => Slab::in_region(region, offset + b * OWNED * size, OWNED)?,
+            None => Slab::from_box(Box::new([])),
+        };
+        let all = Slab::in_region(region, offset, blocks * OWNED)?;
+        let shared = Slab::in_region(region, offset + blocks * OWNED * size, SHARED + 1)?;
+        Some(Counts { owned, shared, all: Some(all) })
+    }
+
+    /// Count one refund.
+    pub(crate) fn refund(&self) {
+        self.shared[SHARED].0[0].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Refunds counted.
+    pub(crate) fn refunds(&self) -> u64 {
+        self.shared[SHARED].0[0].load(Ordering::Relaxed)
     }
 
     /// Count one decision.
@@ -110,8 +153,9 @@ impl Counts {
         // Column 1 admitted, 0 rejected: the bool is the offset in the cell.
         let column = usize::from(admitted);
         let at = INDEX.with(Cell::get);
-        match self.owned.0.get(at + column) {
-            Some(counter) => {
+        match self.owned.get(at) {
+            Some(cell) => {
+                let counter = &cell.0[column];
                 // This thread is the only writer of its cell: no update can come in between.
                 counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
@@ -126,20 +170,21 @@ impl Counts {
         if at == UNASKED {
             // `try_with` fails only while this thread's thread-locals are being destroyed.
             let leased = LEASE.try_with(|lease| lease.0).ok().flatten();
-            INDEX.with(|i| i.set(leased.map_or(NO_INDEX, |index| index * CELL)));
+            INDEX.with(|i| i.set(leased.unwrap_or(NO_INDEX)));
             if leased.is_some() {
                 return self.record(column == 1);
             }
         }
         // Threads without an index spread over the stripes by the address of their thread-local.
         let stripe = INDEX.with(|i| std::ptr::from_ref(i) as usize >> 6) % SHARED;
-        self.shared[stripe][column].fetch_add(1, Ordering::Relaxed);
+        self.shared[stripe].0[column].fetch_add(1, Ordering::Relaxed);
     }
 
     /// `(admitted, rejected)` over every thread.
     pub(crate) fn sum(&self) -> (u64, u64) {
-        let owned = self.owned.0.chunks(CELL).map(|cell| [&cell[0], &cell[1]]);
-        let shared = self.shared.iter().map(|pair| [&pair[0], &pair[1]]);
+        let cells = self.all.as_deref().unwrap_or(&self.owned);
+        let owned = cells.iter().map(|cell| [&cell.0[0], &cell.0[1]]);
+        let shared = self.shared[..SHARED].iter().map(|pair| [&pair.0[0], &pair.0[1]]);
         owned.chain(shared).fold((0, 0), |(a, r), [rejected, admitted]| {
             (a + admitted.load(Ordering::Relaxed), r + rejected.load(Ordering::Relaxed))
         })

@@ -15,14 +15,15 @@
 //! - `values.rs`: the values its methods take and return ([`PolicyId`], [`Charge`],
 //!   [`Metrics`]).
 
-mod counts;
+pub(crate) mod counts;
 mod ip;
 pub(crate) mod log_table;
 pub(crate) mod registry;
+pub(crate) mod shared;
 pub(crate) mod table;
 #[macro_use]
 mod store;
-mod snapshot;
+pub(crate) mod snapshot;
 // After `store`: they use its `with_store!`.
 mod admin;
 mod batch;
@@ -40,6 +41,8 @@ use crossbeam_utils::CachePadded;
 pub use self::builder::Builder;
 pub use self::ip::{IpKey, IpPrefixes};
 pub use self::request::Request;
+#[cfg(all(target_os = "linux", not(ratewell_loom)))]
+pub use self::shared::{SharedError, SharedInfo};
 pub use self::table::{CapacityError, OnFull};
 pub use self::values::{Charge, Metrics, PolicyId};
 
@@ -53,6 +56,17 @@ use crate::cas::{Charged, Report, Taken};
 use crate::clock::{Clock, Floor, QuantaClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
+
+/// The four hash seeds a [`Builder::seed`] stands for.
+pub(crate) fn reseeded(seed: u64) -> [u64; 4] {
+    // Four words from one (the constants are the digits of pi, as in `table.rs`).
+    [
+        seed,
+        seed ^ 0x243f_6a88_85a3_08d3,
+        seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344,
+        seed.rotate_left(16) ^ 0xa409_3822_299f_31d0,
+    ]
+}
 
 /// A rate limiter with one state per key, in a table of bounded size.
 ///
@@ -116,9 +130,12 @@ pub struct KeyedLimiter<K: ?Sized = str, C: Clock = QuantaClock> {
     clock: C,
     /// The latest reading acted on (see [`Clock::MONOTONIC`]).
     floor: CachePadded<Floor>,
+    /// Admitted, rejected and refunded.
     counts: Counts,
-    /// Admissions taken back (a slow path: one plain counter).
-    refunds: std::sync::atomic::AtomicU64,
+    /// The shared region the table and counts are in (`shared/`), if they are.
+    #[cfg_attr(not(all(target_os = "linux", not(ratewell_loom))), allow(dead_code))]
+    // shared tables only
+    region: Option<std::sync::Arc<crate::mem::Region>>,
     _key: PhantomData<fn(&K)>,
 }
 
@@ -220,7 +237,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
             clock,
             floor: CachePadded::new(Floor::default()),
             counts: Counts::new(),
-            refunds: std::sync::atomic::AtomicU64::new(0),
+            region: None,
             _key: PhantomData,
         })
     }
@@ -228,13 +245,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// Hash keys from `seed` instead of a seed drawn per process (see [`Builder::seed`]),
     /// forgetting every key and override.
     pub(crate) fn reseed(&mut self, seed: u64) {
-        // Four words from one (the constants are the digits of pi, as in `table.rs`).
-        self.seeds = [
-            seed,
-            seed ^ 0x243f_6a88_85a3_08d3,
-            seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344,
-            seed.rotate_left(16) ^ 0xa409_3822_299f_31d0,
-        ];
+        self.seeds = reseeded(seed);
         self.hasher = snapshot::hasher_of(self.seeds);
         let secret = self.hasher.hash_one(0x5eed_u64);
         with_store!(mut self, store => store.reseed(secret));
@@ -342,7 +353,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// Take back the admission of `receipt` at `now` (counted if the key still held it).
     pub(crate) fn refund_at(&self, receipt: &Receipt, now: u64) {
         if with_store!(self, store => store.refund(&self.registry, receipt, now)) {
-            self.refunds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counts.refund();
         }
     }
 

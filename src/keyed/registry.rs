@@ -206,6 +206,9 @@ pub(crate) struct Registry {
     default: AtomicU8,
     has_overrides: AtomicBool,
     admin: Mutex<Admin>,
+    /// A shared table's: its one policy is fixed, since every process attached holds a registry
+    /// of its own and they must agree.
+    frozen: bool,
 }
 
 /// What a slot serves. The default's slot serves it alone: when the default changes, every key
@@ -292,6 +295,7 @@ impl Registry {
             arena: Arena::new(),
             default: AtomicU8::new(0),
             has_overrides: AtomicBool::new(false),
+            frozen: false,
             admin: Mutex::new(Admin {
                 overrides: HashMap::new(),
                 roles: [None; 256],
@@ -308,6 +312,12 @@ impl Registry {
         admin.roles[0] = Some(Role::Default);
         drop(admin);
         registry
+    }
+
+    /// Refuse every policy change from now on (a shared table's registry).
+    #[cfg_attr(not(all(target_os = "linux", not(ratewell_loom))), allow(dead_code))] // shared tables only
+    pub(crate) fn freeze(&mut self) {
+        self.frozen = true;
     }
 
     fn admin(&self) -> MutexGuard<'_, Admin> {
@@ -348,6 +358,13 @@ impl Registry {
         role: Role,
         sweep: &Sweep<'_>,
     ) -> Result<u8, PolicyError> {
+        if self.frozen {
+            return Err(PolicyError::new(
+                policy.to_string(),
+                "no policy change on a shared table (its policy is fixed when it is made: every \
+                 process attached decides under it)",
+            ));
+        }
         if is_log(policy) != admin.log_kind {
             return Err(PolicyError::new(
                 policy.to_string(),

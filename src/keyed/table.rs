@@ -138,7 +138,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::cas::{Applied, Report, apply_algorithm};
 use crate::keyed::shard_count;
-use crate::sync::{AtomicU64, Mutex, Ordering, lock};
+use crate::mem::Slab;
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 mod insert;
 mod snapshot;
@@ -158,22 +159,26 @@ const SLOTS_PER_BUCKET: usize = 8;
 const _: () = assert!(SLOTS_PER_BUCKET * 16 == 128);
 
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Slot {
     key: AtomicU64,
     state: AtomicU64,
 }
 
 #[derive(Debug, Default)]
-#[repr(align(128))]
-struct Bucket {
+#[repr(C, align(128))]
+pub(crate) struct Bucket {
     slots: [Slot; SLOTS_PER_BUCKET],
 }
 
-#[derive(Debug)]
-struct Shard {
-    /// Serializes insertions, evictions and removals; never taken by a decision on a present key.
-    lock: Mutex<()>,
-    // Written only under `lock` (so never on the hot path): plain std atomics, not modelled.
+/// A shard's counters, and a shared table's lock word and move journal. Written only under the
+/// shard's insert lock (so never on the hot path): plain std atomics, not modelled.
+#[derive(Debug, Default)]
+#[repr(C, align(128))]
+pub(crate) struct Shard {
+    /// A shared table's insert lock (`shared/lock.rs`): 0 when free, else its holder's identity.
+    /// A heap table's lock is its `Table::locks` entry.
+    pub(crate) lock: StdAtomicU64,
     len: StdAtomicU64,
     reclaims: StdAtomicU64,
     evictions: StdAtomicU64,
@@ -181,6 +186,18 @@ struct Shard {
     /// Inserts that moved keys to make room, and the keys moved.
     relocations: StdAtomicU64,
     moves: StdAtomicU64,
+    /// A shared table's move in progress ([`Table::move_journaled`]): the slot it moves from
+    /// (its index in the table plus one; 0 for none), the slot it moves to (likewise), the key
+    /// word, and the stored state it takes.
+    journal: [StdAtomicU64; 4],
+}
+
+/// A shard's insert lock, held: a heap table's mutex, or a shared table's lock word.
+pub(crate) enum ShardGuard<'a> {
+    #[allow(dead_code)] // held for its drop
+    Local(MutexGuard<'a, ()>),
+    #[allow(dead_code)] // held for its drop
+    Shared(crate::keyed::shared::LockGuard<'a>),
 }
 
 /// The most keys a keyed limiter holds: 2^39 (8 TiB of slots; the sliding log's table indexes
@@ -246,9 +263,13 @@ pub(crate) struct TableStats {
 
 #[derive(Debug)]
 pub(crate) struct Table {
-    /// `buckets_per_shard * shards` buckets; bucket `i` belongs to shard `i & shard_mask`.
-    buckets: Box<[Bucket]>,
-    shards: Box<[CachePadded<Shard>]>,
+    /// `buckets_per_shard * shards` buckets; bucket `i` belongs to shard `i & shard_mask`. On
+    /// the heap, or in a shared region (`shared/`).
+    buckets: Slab<Bucket>,
+    shards: Slab<Shard>,
+    /// A heap table's insert locks, one per shard; none for a shared table, whose locks are its
+    /// shards' lock words.
+    locks: Box<[CachePadded<Mutex<()>>]>,
     shard_mask: u64,
     buckets_per_shard: u64,
     secret: u64,
@@ -300,7 +321,7 @@ pub(crate) fn present(table: &Table, place: Place) -> bool {
 /// After a lock-free miss: the key's slot as the table holds it under the shard lock (no move in
 /// progress), if it is present.
 pub(crate) fn confirm_miss(table: &Table, place: Place) -> Option<(&Slot, u64)> {
-    let _guard = lock(&table.shards[place.shard].lock);
+    let _guard = table.lock_shard(place.shard);
     table.find(place)
 }
 
@@ -325,8 +346,8 @@ pub(crate) fn move_key(from: &Slot, to: &Slot) {
 
 /// What a snapshot holds while it reads a shard: its insert lock, which every move holds, so no
 /// key is caught between its buckets.
-pub(crate) fn snapshot_guard(lock: &Mutex<()>) -> Option<crate::sync::MutexGuard<'_, ()>> {
-    Some(crate::sync::lock(lock))
+pub(crate) fn snapshot_guard(table: &Table, shard: usize) -> Option<ShardGuard<'_>> {
+    Some(table.lock_shard(shard))
 }
 
 /// Step 2 of [`move_key`]: take the state out of a slot being vacated.
@@ -355,12 +376,7 @@ impl Table {
     /// A table of at least `capacity` slots (rounded up to whole buckets in every shard), or
     /// why not: more than [`MAX_CAPACITY`] keys, or an allocation the allocator refused.
     pub(crate) fn new(capacity: usize, secret: u64) -> Result<Self, CapacityError> {
-        let capacity = (capacity as u64).max(1);
-        if capacity > MAX_CAPACITY {
-            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
-        }
-        let shards = shard_count(capacity);
-        let buckets_per_shard = capacity.div_ceil(shards * SLOTS_PER_BUCKET as u64);
+        let (shards, buckets_per_shard) = Self::geometry(capacity)?;
         let len = (shards * buckets_per_shard) as usize;
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(len).map_err(|_| CapacityError::OutOfMemory {
@@ -369,28 +385,177 @@ impl Table {
         // Before the first write, so that the writes fault huge pages in.
         let huge_pages = crate::mem::advise_huge_pages(&mut buckets.spare_capacity_mut()[..len]);
         buckets.extend((0..len).map(|_| Bucket::default()));
-        let shards: Box<[_]> = (0..shards)
-            .map(|_| {
-                CachePadded::new(Shard {
-                    lock: Mutex::new(()),
-                    len: StdAtomicU64::new(0),
-                    reclaims: StdAtomicU64::new(0),
-                    evictions: StdAtomicU64::new(0),
-                    refused: StdAtomicU64::new(0),
-                    relocations: StdAtomicU64::new(0),
-                    moves: StdAtomicU64::new(0),
-                })
-            })
-            .collect();
+        let locks = (0..shards).map(|_| CachePadded::new(Mutex::new(()))).collect();
+        let shards: Box<[_]> = (0..shards).map(|_| Shard::default()).collect();
         Ok(Table {
-            buckets: buckets.into_boxed_slice(),
+            buckets: Slab::from_box(buckets.into_boxed_slice()),
             shard_mask: shards.len() as u64 - 1,
-            shards,
+            shards: Slab::from_box(shards),
+            locks,
             buckets_per_shard,
             secret: mix(secret) | 1,
             on_full: OnFull::default(),
             huge_pages,
         })
+    }
+
+    /// The shards and buckets per shard of a table of at least `capacity` slots, or
+    /// [`CapacityError::TooLarge`].
+    pub(crate) fn geometry(capacity: usize) -> Result<(u64, u64), CapacityError> {
+        Self::geometry_with(capacity, shard_count)
+    }
+
+    /// [`geometry`](Self::geometry) with `shards(capacity)` shards (a power of two, at most
+    /// 256).
+    pub(crate) fn geometry_with(
+        capacity: usize,
+        shards: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), CapacityError> {
+        let capacity = (capacity as u64).max(1);
+        if capacity > MAX_CAPACITY {
+            return Err(CapacityError::TooLarge { requested: capacity, max: MAX_CAPACITY });
+        }
+        let shards = shards(capacity);
+        Ok((shards, capacity.div_ceil(shards * SLOTS_PER_BUCKET as u64)))
+    }
+
+    /// A table over a shared region's `buckets` (`shards.len() * buckets_per_shard` of them)
+    /// and `shards`, which the region's first process zeroed: its locks are the shards' lock
+    /// words.
+    #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+    pub(crate) fn in_region(
+        buckets: Slab<Bucket>,
+        shards: Slab<Shard>,
+        buckets_per_shard: u64,
+        secret: u64,
+        on_full: OnFull,
+    ) -> Self {
+        debug_assert_eq!(buckets.len() as u64, shards.len() as u64 * buckets_per_shard);
+        Table {
+            buckets,
+            shard_mask: shards.len() as u64 - 1,
+            shards,
+            locks: Box::new([]),
+            buckets_per_shard,
+            secret: mix(secret) | 1,
+            on_full,
+            huge_pages: false,
+        }
+    }
+
+    /// Take shard `s`'s insert lock: a heap table's mutex, or a shared table's lock word (taken
+    /// over from a holder that died, after mending what it left half done: [`repair`]).
+    ///
+    /// [`repair`]: Self::repair
+    #[inline]
+    pub(crate) fn lock_shard(&self, s: usize) -> ShardGuard<'_> {
+        match self.locks.get(s) {
+            Some(mutex) => ShardGuard::Local(lock(&**mutex)),
+            None => self.lock_shared(s),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_shared(&self, s: usize) -> ShardGuard<'_> {
+        let (guard, recovered) = crate::keyed::shared::LockGuard::acquire(&self.shards[s].lock);
+        if recovered {
+            self.repair(s);
+        }
+        ShardGuard::Shared(guard)
+    }
+
+    /// A shared table's shards whose lock word is held, and the holder's pid.
+    #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+    pub(crate) fn lock_holders(&self) -> Vec<(usize, u32)> {
+        let held = self.shards.iter().map(|s| s.lock.load(Ordering::Relaxed)).enumerate();
+        held.filter(|&(_, w)| w != 0).map(|(s, w)| (s, (w >> 32) as u32)).collect()
+    }
+
+    /// Whether the table is in a shared region.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// The slot at `index` (bucket times 8 plus slot) of the whole array.
+    fn slot_at(&self, index: usize) -> Option<&Slot> {
+        self.buckets.get(index / SLOTS_PER_BUCKET)?.slots.get(index % SLOTS_PER_BUCKET)
+    }
+
+    /// Under shard `s`'s lock, taken over from a process that died holding it: finish or undo
+    /// what it left half done, so that the shard is as after a whole step of the protocol.
+    ///
+    /// - A journaled move ([`move_journaled`](Self::move_journaled)) is finished: the key is
+    ///   published in the slot it moved to, with the state it had (still in the slot it left if
+    ///   the dead process had not taken it out yet, else the journal's copy), and the slot it
+    ///   left is freed. No key is lost by a move.
+    /// - Any other tombstone is a slot whose key was being replaced, reset or reclaimed: it is
+    ///   freed (the key leaving it is gone, and the key arriving, the one being inserted, was
+    ///   never published).
+    /// - The shard's key count is counted again.
+    fn repair(&self, s: usize) {
+        let shard = &self.shards[s];
+        let from = shard.journal[0].load(Ordering::Acquire) as usize;
+        if from != 0 {
+            let to = shard.journal[1].load(Ordering::Relaxed) as usize;
+            let key = shard.journal[2].load(Ordering::Relaxed);
+            let taken = shard.journal[3].load(Ordering::Relaxed);
+            if let (Some(a), Some(b)) = (self.slot_at(from - 1), self.slot_at(to - 1)) {
+                let moved_off = a.key.load(Ordering::Relaxed) != key;
+                if moved_off && b.key.load(Ordering::Relaxed) != key {
+                    // The state is still in `a` unless the exchange that took it out ran.
+                    let left = a.state.swap(0, Ordering::AcqRel);
+                    let stored = if left != 0 { left } else { taken };
+                    b.state.store(stored, Ordering::Relaxed);
+                    b.key.store(key, Ordering::Release);
+                }
+                if moved_off {
+                    a.state.store(0, Ordering::Relaxed);
+                    a.key.store(EMPTY, Ordering::Release);
+                }
+            }
+            shard.journal[0].store(0, Ordering::Release);
+        }
+        let bits = self.shard_mask.count_ones();
+        let mut len = 0;
+        for w in 0..self.buckets_per_shard as usize {
+            for slot in &self.buckets[w << bits | s].slots {
+                match slot.key.load(Ordering::Relaxed) {
+                    EMPTY => {}
+                    TOMBSTONE => {
+                        slot.state.store(0, Ordering::Relaxed);
+                        slot.key.store(EMPTY, Ordering::Release);
+                    }
+                    _ => len += 1,
+                }
+            }
+        }
+        shard.len.store(len, Ordering::Relaxed);
+    }
+
+    /// [`move_key`] in a shared table, journaled in the shard so that a process that dies in the
+    /// middle loses no key ([`repair`](Self::repair)): the journal names both slots and the key
+    /// before the key leaves `from`, and holds the state taken out of `from` before it is taken
+    /// (a compare-exchange from the value journaled, retried if a decision changed it).
+    fn move_journaled(&self, shard: &Shard, from: usize, to: usize) {
+        let (Some(a), Some(b)) = (self.slot_at(from), self.slot_at(to)) else { return };
+        let key = a.key.load(Ordering::Relaxed);
+        shard.journal[1].store(to as u64 + 1, Ordering::Relaxed);
+        shard.journal[2].store(key, Ordering::Relaxed);
+        shard.journal[0].store(from as u64 + 1, Ordering::Release);
+        a.key.store(TOMBSTONE, Ordering::Relaxed);
+        let mut stored = a.state.load(Ordering::Acquire);
+        loop {
+            shard.journal[3].store(stored, Ordering::Release);
+            match a.state.compare_exchange(stored, 0, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => stored = now,
+            }
+        }
+        b.state.store(stored, Ordering::Relaxed);
+        b.key.store(key, Ordering::Release);
+        a.key.store(EMPTY, Ordering::Release);
+        shard.journal[0].store(0, Ordering::Release);
     }
 
     #[inline]

@@ -3,11 +3,12 @@
 //! (the module doc's *Relocation* and *Insertion and eviction*).
 
 use super::{
-    EMPTY, FP_BITS, FP_MASK, OnFull, Place, Slot, TOMBSTONE, Table, key_word, move_key, rescan,
+    EMPTY, FP_BITS, FP_MASK, OnFull, Place, SLOTS_PER_BUCKET, Slot, TOMBSTONE, Table, key_word,
+    move_key, rescan,
 };
 use crate::cas::Report;
 use crate::keyed::registry::Policies;
-use crate::sync::{Ordering, lock};
+use crate::sync::Ordering;
 
 /// The most buckets one relocation search looks at: the two roots, their keys' other buckets
 /// (16), and some of the next level.
@@ -31,7 +32,7 @@ impl Table {
         let algorithm = policies.algorithm(idx)?;
         let (decision, next) = R::decide_cold(algorithm, 0, now, cost);
         let shard = &self.shards[place.shard];
-        let _guard = lock(&shard.lock);
+        let _guard = self.lock_shard(place.shard);
         // Under the lock, where no key is half-moved: absent after all? (Another thread may have
         // inserted it, or the lock-free scan may have missed a key in the middle of a move.)
         if rescan(self, place) {
@@ -160,9 +161,9 @@ impl Table {
                 let free = self.buckets[other]
                     .slots
                     .iter()
-                    .find(|s| s.key.load(Ordering::Relaxed) == EMPTY);
+                    .position(|s| s.key.load(Ordering::Relaxed) == EMPTY);
                 if let Some(free) = free {
-                    return Some(self.shift(&nodes, at, i, free));
+                    return Some(self.shift(&nodes, at, i, other * SLOTS_PER_BUCKET + free));
                 }
                 if len < RELOCATION_BUCKETS {
                     nodes[len] = (other, at as u16, i as u8);
@@ -174,24 +175,33 @@ impl Table {
         None
     }
 
-    /// Move the key in slot `i` of node `at`'s bucket into `free`, then each ancestor's key into
-    /// the slot its child vacated, up to a root: the root slot freed, and the moves made.
+    /// Move the key in slot `i` of node `at`'s bucket into the free slot at index `free` (of
+    /// the whole array: bucket times 8 plus slot), then each ancestor's key into the slot its
+    /// child vacated, up to a root: the root slot freed, and the moves made. A shared table
+    /// journals each move ([`Table::move_journaled`]).
     fn shift(
         &self,
         nodes: &[(usize, u16, u8)],
         mut at: usize,
         mut i: usize,
-        free: &Slot,
+        free: usize,
     ) -> (&Slot, u64) {
         let mut to = free;
         let mut moves = 0;
         loop {
             let (b, parent, via) = nodes[at];
-            let from = &self.buckets[b].slots[i];
-            move_key(from, to);
+            let from = b * SLOTS_PER_BUCKET + i;
+            if self.is_shared() {
+                self.move_journaled(&self.shards[b & self.shard_mask as usize], from, to);
+            } else {
+                move_key(
+                    &self.buckets[b].slots[i],
+                    &self.buckets[to / SLOTS_PER_BUCKET].slots[to % SLOTS_PER_BUCKET],
+                );
+            }
             moves += 1;
             if parent == NO_PARENT {
-                return (from, moves);
+                return (&self.buckets[b].slots[i], moves);
             }
             (to, at, i) = (from, usize::from(parent), usize::from(via));
         }

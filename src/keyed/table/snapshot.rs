@@ -17,8 +17,8 @@ impl Table {
     /// instant of the snapshot.
     pub(crate) fn snapshot(&self, mut each: impl FnMut(u64, u64, u64)) {
         let bits = self.shard_mask.count_ones();
-        for (s, shard) in self.shards.iter().enumerate() {
-            let _guard = read_guard(&shard.lock);
+        for s in 0..self.shards.len() {
+            let _guard = read_guard(self, s);
             for w in 0..self.buckets_per_shard as usize {
                 let position = s as u64 * self.buckets_per_shard + w as u64;
                 for slot in &self.buckets[w << bits | s].slots {

@@ -10,7 +10,7 @@ use crate::cas::{Report, refund_masked};
 use crate::decision::Decision;
 use crate::keyed::registry::Policies;
 use crate::keyed::{GROUP, Receipt, Store};
-use crate::sync::{Ordering, lock};
+use crate::sync::Ordering;
 
 impl Table {
     /// Everything but the fast path: a key in its second bucket, a new key, a key on a retired
@@ -48,12 +48,11 @@ impl Table {
     #[cold]
     #[inline(never)]
     pub(crate) fn migrate_at<P: Policies>(&self, policies: &P, place: Place, now: u64) {
-        let shard = &self.shards[place.shard];
         loop {
             // Resolved before the shard lock (resolving may take the registry's lock, which a
             // sweep holds while it takes shard locks), and checked under it.
             let (idx, token) = policies.resolve(place.fp);
-            let _guard = lock(&shard.lock);
+            let _guard = self.lock_shard(place.shard);
             if !policies.still(idx, token) {
                 continue;
             }
@@ -215,7 +214,7 @@ impl Store for Table {
     fn reset(&self, hash: u64) -> bool {
         let place = self.place(hash);
         let shard = &self.shards[place.shard];
-        let _guard = lock(&shard.lock);
+        let _guard = self.lock_shard(place.shard);
         let Some((slot, _)) = self.find(place) else { return false };
         slot.key.store(TOMBSTONE, Ordering::Relaxed);
         // Any value a stale decider of this key could expect is replaced: its exchange fails.
@@ -232,8 +231,8 @@ impl Store for Table {
     }
 
     fn sweep<P: Policies>(&self, policies: &P, now: u64) {
-        for (i, shard) in self.shards.iter().enumerate() {
-            let _guard = lock(&shard.lock);
+        for i in 0..self.shards.len() {
+            let _guard = self.lock_shard(i);
             let own = self.buckets.iter().skip(i).step_by(self.shards.len());
             for slot in own.flat_map(|b| &b.slots) {
                 let key = slot.key.load(Ordering::Acquire);
@@ -252,7 +251,7 @@ impl Store for Table {
     fn reclaim_fresh<P: Policies>(&self, policies: &P, now: u64) -> u64 {
         let mut reclaimed = 0;
         for (i, shard) in self.shards.iter().enumerate() {
-            let _guard = lock(&shard.lock);
+            let _guard = self.lock_shard(i);
             let own = self.buckets.iter().skip(i).step_by(self.shards.len());
             for slot in own.flat_map(|b| &b.slots) {
                 let key = slot.key.load(Ordering::Acquire);
