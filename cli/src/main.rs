@@ -7,6 +7,8 @@ mod duration;
 mod output;
 mod progress;
 mod replay;
+#[cfg(target_os = "linux")]
+mod shared;
 mod spool;
 mod table;
 
@@ -35,6 +37,13 @@ enum Command {
     /// Measure decisions per second and nanoseconds per decision of every algorithm on this
     /// machine, direct and keyed.
     Bench(bench::Args),
+    /// Take from a key of a shared table file (created by the first call), which every process
+    /// on the machine shares: print the decision; exit 0 if admitted, 1 if not.
+    #[cfg(target_os = "linux")]
+    Take(shared::TakeArgs),
+    /// Print a shared table file's header, occupancy, counters, processes and held locks.
+    #[cfg(target_os = "linux")]
+    Inspect(shared::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,13 +55,19 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
+    let done = |result: Result<(), String>| result.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Replay(args) => replay::run(&args),
-        Command::Compare(args) => compare::run(&args),
-        Command::Bench(args) => bench::run(&args),
+        Command::Replay(args) => done(replay::run(&args)),
+        Command::Compare(args) => done(compare::run(&args)),
+        Command::Bench(args) => done(bench::run(&args)),
+        // Exit 1 for a rejection: the shell's `if ratewell take ...; then`.
+        #[cfg(target_os = "linux")]
+        Command::Take(args) => shared::take(&args),
+        #[cfg(target_os = "linux")]
+        Command::Inspect(args) => done(shared::inspect(&args)),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(message) => {
             eprintln!("ratewell: {message}");
             ExitCode::from(2)
