@@ -107,6 +107,10 @@ pub enum SnapshotError {
     Overrides,
     /// A field holds a value no snapshot has.
     Corrupt(&'static str),
+    /// The limiter's table is shared (`KeyedLimiter::open_shared`): restoring replaces the
+    /// hash seeds and the time line of one process only, which every process attached must
+    /// share. Restore into a heap limiter.
+    Shared,
 }
 
 impl fmt::Display for SnapshotError {
@@ -139,6 +143,10 @@ impl fmt::Display for SnapshotError {
                 "the limiter has per-key overrides: restore the snapshot first, then set them",
             ),
             SnapshotError::Corrupt(what) => write!(f, "the snapshot is corrupt: {what}"),
+            SnapshotError::Shared => f.write_str(
+                "a shared table is not restored in place (its processes share its hash seeds and \
+                 clock): restore into a heap limiter",
+            ),
         }
     }
 }

@@ -288,6 +288,30 @@ fn attaching_with_other_parameters_is_refused_naming_the_field() {
 }
 
 #[test]
+fn a_shared_table_snapshots_and_is_restored_into_a_heap_limiter() {
+    let file = TableFile::new("snapshot");
+    let policy: Policy = "fixed-window limit=5 window=1h".parse().unwrap();
+    let mut shared = KeyedLimiter::<str>::open_shared(&file.0, &policy, 1000).unwrap();
+    for k in ["a", "b", "b"] {
+        assert!(shared.allow(k));
+    }
+    assert!(shared.reset("a"));
+    assert_eq!(shared.metrics().keys, 1);
+    let mut bytes = Vec::new();
+    shared.snapshot(&mut bytes).unwrap();
+    assert!(matches!(
+        shared.restore(&bytes[..], ratewell::Resume::WallClock),
+        Err(ratewell::SnapshotError::Shared)
+    ));
+    // At 1,000 keys both tables have one shard of 125 buckets: the same shape.
+    let mut heap = KeyedLimiter::<str>::new(&policy, 1000);
+    let restored = heap.restore(&bytes[..], ratewell::Resume::WallClock).unwrap();
+    assert_eq!(restored.keys, 1);
+    assert_eq!(heap.request("b").peek().remaining(), 3);
+    assert_eq!(heap.request("a").peek().remaining(), 5);
+}
+
+#[test]
 fn foreign_bytes_are_refused() {
     let policy: Policy = "fixed-window limit=3 window=1m".parse().unwrap();
     let file = TableFile::new("foreign");

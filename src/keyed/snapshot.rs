@@ -126,6 +126,9 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// [`Resume::WallClock`] counts the system time that passed since the snapshot was taken; a
     /// snapshot from a file is `File::open(path)?`.
     pub fn restore(&mut self, r: impl Read, resume: Resume) -> Result<Restored, SnapshotError> {
+        if self.region.is_some() {
+            return Err(SnapshotError::Shared);
+        }
         let bytes = snapshot::read_all(r, self.snapshot_limit())?;
         let parsed = self.parse_snapshot(&bytes)?;
         let elapsed = snapshot::elapsed(resume, parsed.header.anchor);
