@@ -32,9 +32,22 @@ impl Drop for TableFile {
     }
 }
 
-/// Start this binary's `child` entry with `args` (space-separated), its stdout piped.
+/// Start this binary's `child` entry with `args` (space-separated), its stdout piped; through
+/// `RATEWELL_TEST_RUNNER` (a program and its arguments, space-separated) where one is set, as
+/// `scripts/aarch64` sets qemu's.
 fn spawn(args: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::var("RATEWELL_TEST_RUNNER").unwrap_or_default();
+    let mut runner = runner.split_whitespace();
+    let mut command = match runner.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(runner).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    command
         .args(["child", "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
         .env("RATEWELL_CHILD", args)
         .stdout(Stdio::piped())
