@@ -236,7 +236,13 @@ fn a_process_killed_holding_a_lock_stops_no_other() {
             &mut line,
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(5 + attempt % 20));
+        // Inserting in earnest (under qemu, a process starts slowly), then a moment more.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while limiter.metrics().keys < 200 {
+            assert!(Instant::now() < deadline, "the inserting process inserted nothing");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(attempt % 7));
         victim.kill().unwrap();
         victim.wait().unwrap();
         let info = limiter.shared_info().unwrap();

@@ -4,11 +4,17 @@
 //!
 //! # Identities
 //!
-//! A process's identity is `pid << 32 | start`, where `start` is the low 32 bits of its start
-//! time in clock ticks since boot (`/proc/PID/stat`, field 22): never 0 (a pid is at least 1),
-//! and a pid that the kernel reuses for another process names another identity. A holder is
-//! *gone* when no process has its pid, or that process is a zombie (killed, not yet reaped), or
-//! it started at another time. Where `/proc` cannot be read, only the pid is checked.
+//! A process's identity is `pid << 32 | nonce`, where `nonce` is drawn at random once per
+//! process (again after `fork`): never 0 (a pid is at least 1), and a process that the kernel
+//! gives a dead holder's pid has another identity, so it never takes the holder's lock for its
+//! own. A holder is *gone* when no process has its pid (`kill(pid, 0)` fails with `ESRCH`) or
+//! that process is a zombie (killed, not yet reaped: `/proc/PID/stat`). Only those two answers,
+//! which cannot be wrong about a live holder, count: a waiter never takes over a lock whose
+//! holder lives, since two holders would corrupt the shard. (A start time in the identity would
+//! also tell a reused pid from its first owner, but a process's view of its own `/proc` entry
+//! is not always the others' view of it: qemu-user emulates `/proc/self/stat`. So a dead
+//! holder whose pid the kernel has given to another process is waited for until that process
+//! ends, which takes the kernel cycling through every pid while the holder's lock is held.)
 //!
 //! # The lock word
 //!
@@ -189,17 +195,13 @@ pub(crate) struct System;
 
 #[cfg(all(target_os = "linux", not(ratewell_loom)))]
 impl System {
-    /// The start time (low 32 bits) and state of process `pid`, from `/proc/PID/stat`.
-    fn stat(pid: u32) -> Option<(u32, u8)> {
+    /// The state of process `pid` (`R`, `S`, `Z`...), from `/proc/PID/stat`.
+    fn state(pid: u32) -> Option<u8> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // `pid (comm) state ...`: the command may hold spaces and parentheses; it ends at the
         // last ')'.
         let rest = &text[text.rfind(')')? + 1..];
-        let mut fields = rest.split_ascii_whitespace();
-        let state = *fields.next()?.as_bytes().first()?;
-        // Fields 3.. are here from index 0; the start time is field 22.
-        let start: u64 = fields.nth(22 - 4)?.parse().ok()?;
-        Some((start as u32, state))
+        Some(*rest.split_ascii_whitespace().next()?.as_bytes().first()?)
     }
 }
 
@@ -214,26 +216,31 @@ impl Liveness for System {
         if cached >> 32 == u64::from(pid) {
             return cached;
         }
-        let start = Self::stat(pid).map_or(0, |(start, _)| start);
-        let me = u64::from(pid) << 32 | u64::from(start);
-        CACHED.store(me, Ordering::Relaxed);
-        me
+        let nonce = ahash::RandomState::new().hash_one(pid) as u32;
+        let me = u64::from(pid) << 32 | u64::from(nonce);
+        // One identity per process, whichever thread asks first.
+        match CACHED.compare_exchange(cached, me, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => me,
+            Err(other) if other >> 32 == u64::from(pid) => other,
+            Err(_) => self.me(),
+        }
     }
 
     fn gone(&self, identity: u64) -> bool {
         let pid = (identity >> 32) as u32;
-        if identity == self.me() {
+        let me = self.me();
+        if identity == me {
             return false;
+        }
+        // A holder with this process's pid and another identity had the pid before it.
+        if u64::from(pid) == me >> 32 {
+            return true;
         }
         if !crate::mem::process_exists(pid) {
             return true;
         }
-        match Self::stat(pid) {
-            Some((_, b'Z' | b'X')) => true,
-            Some((start, _)) => start != identity as u32,
-            // No `/proc` to ask: the pid alone said it exists.
-            None => false,
-        }
+        // No `/proc` to ask: the pid alone said it exists.
+        matches!(Self::state(pid), Some(b'Z' | b'X'))
     }
 
     fn pause(&self, tries: u32) {
