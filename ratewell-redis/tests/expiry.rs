@@ -76,25 +76,41 @@ async fn every_key_of_every_algorithm_expires() {
     }
 }
 
+/// Tries of one policy whose keys may all have expired, as they should, before the test could
+/// read them: a key of a window aligned to the clock expires at the window's end, which may be
+/// a moment after its write, and a loaded machine can take longer than a whole 1 s window
+/// between the decisions and the last `PTTL`. A backend that writes no key fails every try.
+const TRIES: usize = 5;
+
 async fn every_algorithm(path: Path) {
     let server = Server::start_on(path, &[]);
     for (i, spec) in POLICIES.iter().enumerate() {
         let policy: Policy = spec.parse().unwrap();
-        let prefix = format!("ttl{i}:");
-        let redis = limiter(&server, &prefix, &[("l", &policy)]).await;
-        // Keys admitted once, to their limit and past it, and one with a charge refunded.
-        for key in ["once", "full", "refunded"] {
-            let times = if key == "once" { 1 } else { policy.limit() + 2 };
-            for _ in 0..times {
-                redis.check(key, 1).await;
+        let longest = longest_ms(&policy);
+        for attempt in 0.. {
+            let prefix = format!("ttl{i}.{attempt}:");
+            let redis = limiter(&server, &prefix, &[("l", &policy)]).await;
+            // Keys admitted once, to their limit and past it, and one with a charge refunded.
+            for key in ["once", "full", "refunded"] {
+                let times = if key == "once" { 1 } else { policy.limit() + 2 };
+                for _ in 0..times {
+                    redis.check(key, 1).await;
+                }
             }
+            let v = redis.check("given-back", 2).await;
+            assert!(v.is_admitted(), "{spec}: a fresh key admits 2");
+            redis.refund(v.receipt().expect("a receipt")).await.expect("a refund");
+            redis.check("given-back", 1).await;
+            let found = ttls(&server, &prefix);
+            // No key left: they may have expired as they should before they were read.
+            if found.is_empty() && attempt + 1 < TRIES {
+                eprintln!("{path:?}: {spec}: every key expired before it was read; again");
+                continue;
+            }
+            assert_expire(&found, longest, &format!("{path:?}: {spec}"));
+            assert_path(path, redis.metrics());
+            break;
         }
-        let v = redis.check("given-back", 2).await;
-        assert!(v.is_admitted(), "{spec}: a fresh key admits 2");
-        redis.refund(v.receipt().expect("a receipt")).await.expect("a refund");
-        redis.check("given-back", 1).await;
-        assert_expire(&ttls(&server, &prefix), longest_ms(&policy), &format!("{path:?}: {spec}"));
-        assert_path(path, redis.metrics());
     }
 }
 
