@@ -138,11 +138,13 @@ impl Counts {
     }
 
     /// Count one refund.
+    #[inline]
     pub(crate) fn refund(&self) {
         self.shared[SHARED].0[0].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Refunds counted.
+    #[inline]
     pub(crate) fn refunds(&self) -> u64 {
         self.shared[SHARED].0[0].load(Ordering::Relaxed)
     }
@@ -186,7 +188,10 @@ impl Counts {
         let owned = cells.iter().map(|cell| [&cell.0[0], &cell.0[1]]);
         let shared = self.shared[..SHARED].iter().map(|pair| [&pair.0[0], &pair.0[1]]);
         owned.chain(shared).fold((0, 0), |(a, r), [rejected, admitted]| {
-            (a + admitted.load(Ordering::Relaxed), r + rejected.load(Ordering::Relaxed))
+            // Saturating: a shared table's cells are other processes' bytes.
+            let add =
+                |sum: u64, counter: &AtomicU64| sum.saturating_add(counter.load(Ordering::Relaxed));
+            (add(a, admitted), add(r, rejected))
         })
     }
 }

@@ -350,7 +350,10 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         with_store!(self, store => store.prefetch(hash));
     }
 
-    /// Take back the admission of `receipt` at `now` (counted if the key still held it).
+    /// Take back the admission of `receipt` at `now` (counted if the key still held it). Out of
+    /// line: a refund is a slow path, and inlined it makes its callers' loops over receipts (a
+    /// layered decision's rollback, usually over none) save registers they do not need.
+    #[inline(never)]
     pub(crate) fn refund_at(&self, receipt: &Receipt, now: u64) {
         if with_store!(self, store => store.refund(&self.registry, receipt, now)) {
             self.counts.refund();

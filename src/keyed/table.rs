@@ -319,7 +319,11 @@ pub(crate) fn present(table: &Table, place: Place) -> bool {
 }
 
 /// After a lock-free miss: the key's slot as the table holds it under the shard lock (no move in
-/// progress), if it is present.
+/// progress), if it is present. Out of line: a miss in both buckets is the slow path, and the
+/// lock's code (a heap mutex or a shared lock word) stays out of the paths that may take it
+/// (a refund, a peek).
+#[cold]
+#[inline(never)]
 pub(crate) fn confirm_miss(table: &Table, place: Place) -> Option<(&Slot, u64)> {
     let _guard = table.lock_shard(place.shard);
     table.find(place)
@@ -500,7 +504,9 @@ impl Table {
             let to = shard.journal[1].load(Ordering::Relaxed) as usize;
             let key = shard.journal[2].load(Ordering::Relaxed);
             let taken = shard.journal[3].load(Ordering::Relaxed);
-            if let (Some(a), Some(b)) = (self.slot_at(from - 1), self.slot_at(to - 1)) {
+            // Indices plus one, read from the region: anything out of range is no move.
+            let at = |i: usize| i.checked_sub(1).and_then(|i| self.slot_at(i));
+            if let (Some(a), Some(b)) = (at(from), at(to)) {
                 let moved_off = a.key.load(Ordering::Relaxed) != key;
                 if moved_off && b.key.load(Ordering::Relaxed) != key {
                     // The state is still in `a` unless the exchange that took it out ran.

@@ -184,7 +184,11 @@ impl Layout {
             requested: shards.saturating_mul(buckets_per_shard).saturating_mul(8),
             max: crate::keyed::table::MAX_CAPACITY,
         };
-        let buckets = usize::try_from(shards * buckets_per_shard).map_err(|_| too_large())?;
+        let buckets = shards.checked_mul(buckets_per_shard).ok_or_else(too_large)?;
+        if buckets.checked_mul(8).is_none_or(|slots| slots > crate::keyed::table::MAX_CAPACITY) {
+            return Err(too_large());
+        }
+        let buckets = usize::try_from(buckets).map_err(|_| too_large())?;
         let shards_at = HEADER_BYTES;
         let counts_at = shards_at + shards as usize * size_of::<Shard>();
         let counts_end = counts_at + counts::region_cells(BLOCKS) * size_of::<Counters>();

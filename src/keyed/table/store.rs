@@ -11,6 +11,7 @@ use crate::decision::Decision;
 use crate::keyed::registry::Policies;
 use crate::keyed::{GROUP, Receipt, Store};
 use crate::sync::Ordering;
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 impl Table {
     /// Everything but the fast path: a key in its second bucket, a new key, a key on a retired
@@ -283,14 +284,19 @@ impl Store for Table {
 
     fn stats(&self) -> TableStats {
         let mut s = TableStats { huge_pages: self.huge_pages, ..TableStats::default() };
+        // Saturating: a shared table's counters are another process's bytes.
         for shard in self.shards.iter() {
-            s.len += shard.len.load(Ordering::Relaxed);
-            s.reclaims += shard.reclaims.load(Ordering::Relaxed);
-            s.evictions += shard.evictions.load(Ordering::Relaxed);
-            s.refused += shard.refused.load(Ordering::Relaxed);
-            s.relocations += shard.relocations.load(Ordering::Relaxed);
-            s.moves += shard.moves.load(Ordering::Relaxed);
+            let add = |sum: &mut u64, counter: &StdAtomicU64| {
+                *sum = sum.saturating_add(counter.load(Ordering::Relaxed));
+            };
+            add(&mut s.len, &shard.len);
+            add(&mut s.reclaims, &shard.reclaims);
+            add(&mut s.evictions, &shard.evictions);
+            add(&mut s.refused, &shard.refused);
+            add(&mut s.relocations, &shard.relocations);
+            add(&mut s.moves, &shard.moves);
         }
+        s.len = s.len.min(self.capacity());
         s
     }
 }
