@@ -367,3 +367,24 @@ fn a_dead_initialiser_is_taken_over() {
     assert!(limiter.allow("k") && limiter.allow("k") && !limiter.allow("k"));
     assert_eq!(limiter.shared_info().unwrap().created_by, std::process::id());
 }
+
+#[test]
+fn counters_from_the_region_are_not_trusted() {
+    // A shard's key count (the header is 4096 bytes; a shard's second word is its count) and a
+    // counter cell made huge by another process's bytes: sums saturate, the key count is capped
+    // by the capacity, and a snapshot sized from it is still made.
+    let policy: Policy = "token-bucket capacity=5 rate=1/s".parse().unwrap();
+    let file = TableFile::new("counters");
+    let limiter = KeyedLimiter::<str>::open_shared(&file.0, &policy, 100).unwrap();
+    assert!(limiter.allow("k"));
+    drop(limiter);
+    let mut bytes = std::fs::read(&file.0).unwrap();
+    bytes[4096 + 8..4096 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&file.0, &bytes).unwrap();
+    let limiter = KeyedLimiter::<str>::open_shared(&file.0, &policy, 100).unwrap();
+    let m = limiter.metrics();
+    assert_eq!(m.keys, m.capacity);
+    let mut out = Vec::new();
+    assert_eq!(limiter.snapshot(&mut out).unwrap().keys, 1);
+    assert!(limiter.allow("k"));
+}
