@@ -111,21 +111,26 @@ pub fn acquire(word: &impl Word, live: &impl Liveness) -> bool {
     let me = live.me();
     let mut tries = 0u32;
     loop {
-        match word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => return false,
-            Err(holder) => {
-                tries = tries.wrapping_add(1);
-                if tries.is_multiple_of(CHECK_EVERY) && holder != me && live.gone(holder) {
-                    // Acquire: what the dead holder wrote (as far as it got) is seen.
-                    let taken =
-                        word.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed);
-                    if taken.is_ok() {
-                        return true;
-                    }
-                }
-                live.pause(tries);
+        // A held word is only read (no exchange) until it looks free: waiters do not pass its
+        // cache line back and forth.
+        let holder = match word.load(Ordering::Relaxed) {
+            0 => match word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return false,
+                Err(holder) => holder,
+            },
+            holder => holder,
+        };
+        tries = tries.wrapping_add(1);
+        if tries.is_multiple_of(CHECK_EVERY) && holder != me && live.gone(holder) {
+            // The dead holder released nothing: what it wrote before it died is seen because
+            // its death is (the kernel has ended it before `gone` can say so), not through
+            // this exchange's ordering.
+            let taken = word.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed);
+            if taken.is_ok() {
+                return true;
             }
         }
+        live.pause(tries);
     }
 }
 
@@ -239,8 +244,16 @@ impl Liveness for System {
         if !crate::mem::process_exists(pid) {
             return true;
         }
-        // No `/proc` to ask: the pid alone said it exists.
-        matches!(Self::state(pid), Some(b'Z' | b'X'))
+        // A zombie is gone, unless it is a thread-group leader that ended with `pthread_exit`
+        // while its other threads run on (its `task` directory lists them). No `/proc` to ask:
+        // the pid alone said it exists.
+        match Self::state(pid) {
+            Some(b'Z' | b'X') => {
+                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+                tasks.map_or(true, |tasks| tasks.count() <= 1)
+            }
+            _ => false,
+        }
     }
 
     fn pause(&self, tries: u32) {

@@ -50,6 +50,7 @@ mod word {
     pub(super) const COUNTS_AT: usize = 19;
     pub(super) const BUCKETS_AT: usize = 20;
     pub(super) const CREATED_BY: usize = 21;
+    pub(super) const PID_NAMESPACE: usize = 22;
     pub(super) const OWNERS: usize = 32; // BLOCKS words
     pub(super) const POLICY: usize = 64; // POLICY_BYTES / 8 words
 }
@@ -84,7 +85,8 @@ pub enum SharedError {
     /// The region holds a table made with other parameters than the ones asked for: attaching
     /// would misread it, so it is refused.
     Mismatch {
-        /// Which: `layout version`, `capacity`, `policy`, `on_full`, `hasher`, `clock` or `boot`.
+        /// Which: `layout version`, `capacity`, `policy`, `on_full`, `hasher`, `pid namespace`,
+        /// `clock` or `boot`.
         field: &'static str,
         /// The table's.
         table: String,
@@ -243,6 +245,15 @@ fn boot_id() -> [u64; 2] {
     if hex.len() == 32 { [half(&hex[..16]), half(&hex[16..])] } else { [0, 0] }
 }
 
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`; 0 where unknown): the
+/// processes of one table must name each other's pids alike, or one would take another's live
+/// lock for a dead one's.
+fn pid_namespace() -> u64 {
+    let link = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+    let text = link.to_string_lossy();
+    text.trim_start_matches("pid:[").trim_end_matches(']').parse().unwrap_or(0)
+}
+
 /// The hasher of `seeds`, and its probe: the hash of a fixed value, which differs between
 /// builds whose `ahash` hashes differently (another version, other CPU features).
 fn hasher_and_probe(seeds: [u64; 4]) -> (ahash::RandomState, u64) {
@@ -314,6 +325,7 @@ fn write_header(words: &[AtomicU64], want: &Wanted, fresh: bool, text: &str) {
     set(word::COUNTS_AT, l.counts_at as u64);
     set(word::BUCKETS_AT, l.buckets_at as u64);
     set(word::CREATED_BY, u64::from(std::process::id()));
+    set(word::PID_NAMESPACE, pid_namespace());
 }
 
 /// The layout a header describes, checked against the region's size and the offsets it would
@@ -396,6 +408,14 @@ fn check_process(words: &[AtomicU64]) -> Result<(), SharedError> {
                 "{:016x}{:016x} (its clock readings mean nothing after a reboot)",
                 boot[0], boot[1]
             ),
+        });
+    }
+    let (theirs, ours) = (get(word::PID_NAMESPACE), pid_namespace());
+    if theirs != ours {
+        return Err(SharedError::Mismatch {
+            field: "pid namespace",
+            table: theirs.to_string(),
+            ours: format!("{ours} (its processes must see each other's pids)"),
         });
     }
     let scale = get(word::CLOCK_SCALE);
