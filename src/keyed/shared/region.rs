@@ -214,7 +214,17 @@ impl Layout {
     }
 }
 
-/// What a process asks of the table it attaches to.
+/// `policy`, unless a shared table cannot hold it: a sliding log's per-key logs are not kept in a
+/// region.
+fn shareable(policy: &Policy) -> Result<&Policy, SharedError> {
+    match policy.algorithm {
+        Algorithm::Log(_) => Err(SharedError::Unsupported(policy.clone())),
+        _ => Ok(policy),
+    }
+}
+
+/// What a process asks of the table it attaches to (built by [`Builder::wanted`], which refuses
+/// a policy that is not [`shareable`]).
 struct Wanted {
     policy: Policy,
     layout: Layout,
@@ -455,9 +465,6 @@ fn attach<K: Hash + ?Sized>(
     fresh: bool,
     lease: bool,
 ) -> Result<KeyedLimiter<K, SharedClock>, SharedError> {
-    if matches!(want.policy.algorithm, Algorithm::Log(_)) {
-        return Err(SharedError::Unsupported(want.policy.clone()));
-    }
     let text = want.policy.to_string();
     if text.len() > POLICY_BYTES {
         return Err(SharedError::NotATable {
@@ -542,11 +549,6 @@ fn open<K: Hash + ?Sized>(
     if want.is_some() {
         options.create(true).mode(0o600);
     }
-    if let Some(want) = want {
-        if matches!(want.policy.algorithm, Algorithm::Log(_)) {
-            return Err(SharedError::Unsupported(want.policy.clone()));
-        }
-    }
     let file = options.open(path)?;
     // Sizing the file and initialising it happen under its lock: a process that opens it
     // meanwhile waits, then sees the whole header (and the lock goes with a process that dies).
@@ -590,9 +592,7 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, crate::clock::QuantaClock> {
     /// The bytes a shared table of `capacity` keys under `policy` needs: the size of the region
     /// to give [`Builder::in_region`] (an nginx zone's size, say).
     pub fn region_size(policy: &Policy, capacity: usize) -> Result<usize, SharedError> {
-        if matches!(policy.algorithm, Algorithm::Log(_)) {
-            return Err(SharedError::Unsupported(policy.clone()));
-        }
+        shareable(policy)?;
         Ok(Layout::for_capacity(capacity)?.total)
     }
 
@@ -635,7 +635,7 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, crate::clock::QuantaClock> {
 impl<K: Hash + ?Sized> Builder<K, crate::clock::QuantaClock> {
     fn wanted(&self) -> Result<Wanted, SharedError> {
         Ok(Wanted {
-            policy: self.policy.clone(),
+            policy: shareable(&self.policy)?.clone(),
             layout: Layout::for_capacity(self.capacity)?,
             on_full: self.on_full.unwrap_or_default(),
             seed: self.seed,
