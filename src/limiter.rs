@@ -42,7 +42,7 @@ impl Cell {
     ) -> Decision {
         if !commit {
             return match algorithm {
-                Algorithm::Log(a) => a.decide(&mut lock(self.log()), now, cost, false),
+                Algorithm::Log(a) => a.decide(&mut *lock(self.log()), now, cost, false),
                 _ => cas::peek(algorithm, &self.word, now, cost),
             };
         }
@@ -81,7 +81,7 @@ pub(crate) fn log_under_one_lock(
     now: u64,
     cost: u32,
 ) -> Decision {
-    a.decide(&mut lock(log), now, cost, true)
+    a.decide(&mut *lock(log), now, cost, true)
 }
 
 // The protocol's step: this or, compiled with `--cfg ratewell_broken="..."`, the deliberately broken

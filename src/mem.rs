@@ -362,6 +362,27 @@ impl Drop for FileLock<'_> {
     }
 }
 
+/// Give `file` `len` bytes of storage now (`posix_fallocate`), so that a file system out of room
+/// (a full `/dev/shm`) is an error here rather than a `SIGBUS` at a later write to its mapping.
+#[cfg(target_os = "linux")]
+pub(crate) fn allocate(file: &std::fs::File, len: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a file too large"))?;
+    loop {
+        // SAFETY: `posix_fallocate` on a descriptor this process holds open; it touches no
+        // memory of this process. It returns the error number rather than setting `errno`.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            // A file system that cannot allocate ahead: the pages come as they are written.
+            libc::EOPNOTSUPP => return Ok(()),
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
 /// Whether a process `pid` exists (a zombie included: see `shared.rs`, which also reads its
 /// state): `kill(pid, 0)`, which sends nothing and fails with `ESRCH` for no such process.
 #[cfg(target_os = "linux")]

@@ -107,9 +107,10 @@ pub enum SnapshotError {
     Overrides,
     /// A field holds a value no snapshot has.
     Corrupt(&'static str),
-    /// The limiter's table is shared (`KeyedLimiter::open_shared`): restoring replaces the
-    /// hash seeds and the time line of one process only, which every process attached must
-    /// share. Restore into a heap limiter.
+    /// The limiter's table is shared (`KeyedLimiter::open_shared`) and another live process
+    /// is attached to it: restoring replaces the hash seeds and the time line that every
+    /// process attached shares, so it is done before the others attach (an nginx master before
+    /// it forks its workers, say).
     Shared,
 }
 
@@ -144,8 +145,8 @@ impl fmt::Display for SnapshotError {
             ),
             SnapshotError::Corrupt(what) => write!(f, "the snapshot is corrupt: {what}"),
             SnapshotError::Shared => f.write_str(
-                "a shared table is not restored in place (its processes share its hash seeds and \
-                 clock): restore into a heap limiter",
+                "the shared table has another live process attached: it is restored before the \
+                 others attach (they share its hash seeds and time line)",
             ),
         }
     }

@@ -118,9 +118,9 @@ fn child() {
             std::fs::write(format!("{}.{me}", path.display()), &admitted).unwrap();
             writeln!(out.lock(), "result 0").unwrap();
         }
-        // insert: new keys, as fast as it can, until killed.
+        // insert PATH KILL_POLICY: new keys, as fast as it can, until killed.
         "insert" => {
-            let policy: Policy = "token-bucket capacity=50 rate=1/h".parse().unwrap();
+            let policy: Policy = KILL_POLICIES[args[2].parse::<usize>().unwrap()].parse().unwrap();
             let limiter = KeyedLimiter::<u64>::open_shared(path, &policy, 20_000).unwrap();
             writeln!(out.lock(), "ready").unwrap();
             let seed = u64::from(std::process::id()) << 32;
@@ -128,10 +128,11 @@ fn child() {
                 limiter.allow(&(seed | k));
             }
         }
-        // decide KEYS ROUNDS: as `keys`, on the table `insert` uses; prints the slowest
-        // decision's microseconds and the admitted counts' sum; writes the counts to PATH.d.
+        // decide PATH KEYS ROUNDS KILL_POLICY: as `keys`, on the table `insert` uses; prints
+        // the slowest decision's microseconds and the admitted counts' sum; writes the counts
+        // to PATH.d.
         "decide" => {
-            let policy: Policy = "token-bucket capacity=50 rate=1/h".parse().unwrap();
+            let policy: Policy = KILL_POLICIES[args[4].parse::<usize>().unwrap()].parse().unwrap();
             let limiter = KeyedLimiter::<u64>::open_shared(path, &policy, 20_000).unwrap();
             let keys: u64 = args[2].parse().unwrap();
             let rounds: u32 = args[3].parse().unwrap();
@@ -150,11 +151,25 @@ fn child() {
             let sum: u64 = admitted.iter().map(|&a| u64::from(a)).sum();
             writeln!(out.lock(), "result {} {sum}", slowest.as_micros()).unwrap();
         }
+        // hold PATH LIMIT: attach to the `fixed-window limit=LIMIT window=1h` table, say
+        // `ready`, and stay attached until killed.
+        "hold" => {
+            let policy: Policy =
+                format!("fixed-window limit={} window=1h", args[2]).parse().unwrap();
+            let _limiter = KeyedLimiter::<str>::open_shared(path, &policy, 1000).unwrap();
+            writeln!(out.lock(), "ready").unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
         other => panic!("no child mode {other}"),
     }
 }
 
-/// Every shareable algorithm at a limit of 1,000 for one key, none refilling within the test.
+/// The policies of the kill test: a one-word table, whose lock is its insert lock, and a
+/// sliding log's, whose lock every decision takes.
+const KILL_POLICIES: [&str; 2] =
+    ["token-bucket capacity=50 rate=1/h", "sliding-log limit=50 window=1h"];
+
+/// Every algorithm at a limit of 1,000 for one key, none refilling within the test.
 fn policies() -> Vec<(Policy, u64)> {
     [
         "token-bucket capacity=1000 rate=1/h",
@@ -162,6 +177,7 @@ fn policies() -> Vec<(Policy, u64)> {
         "leaky-bucket rate=1r/m burst=999 nodelay",
         "fixed-window limit=1000 window=1h",
         "sliding-window limit=1000 window=1h",
+        "sliding-log limit=1000 window=1h",
     ]
     .iter()
     .map(|p| (p.parse().unwrap(), 1000))
@@ -222,14 +238,20 @@ fn eight_processes_on_a_nine_tenths_full_table_lose_no_key() {
 
 #[test]
 fn a_process_killed_holding_a_lock_stops_no_other() {
-    let policy: Policy = "token-bucket capacity=50 rate=1/h".parse().unwrap();
+    for p in 0..KILL_POLICIES.len() {
+        killed_holding_a_lock(p);
+    }
+}
+
+fn killed_holding_a_lock(p: usize) {
+    let policy: Policy = KILL_POLICIES[p].parse().unwrap();
     // Kill inserting processes, each on a table of its own, until one dies holding a shard
     // lock.
     let mut held = None;
     for attempt in 0..200 {
-        let file = TableFile::new(&format!("kill{attempt}"));
+        let file = TableFile::new(&format!("kill{p}-{attempt}"));
         let limiter = KeyedLimiter::<u64>::open_shared(&file.0, &policy, 20_000).unwrap();
-        let mut victim = spawn(&format!("insert {}", file.0.display()));
+        let mut victim = spawn(&format!("insert {} {p}", file.0.display()));
         let mut line = String::new();
         std::io::BufRead::read_line(
             &mut std::io::BufReader::new(victim.stdout.as_mut().unwrap()),
@@ -258,17 +280,18 @@ fn a_process_killed_holding_a_lock_stops_no_other() {
     // Another process decides on 2,000 keys of its own, 100 times each: each takes the dead
     // process's lock over when its shard needs it, mends the shard, and goes on.
     let (slowest, sum) = {
-        let r = result(spawn(&format!("decide {} 2000 100", file.0.display())));
+        let r = result(spawn(&format!("decide {} 2000 100 {p}", file.0.display())));
         (r[0], r[1])
     };
-    assert_eq!(sum, 2000 * 50, "every key admitted exactly 50 of 100");
+    assert_eq!(sum, 2000 * 50, "{policy}: every key admitted exactly 50 of 100");
     let counts = std::fs::read(format!("{}.d", file.0.display())).unwrap();
     assert!(counts.iter().all(|&c| c == 50));
     std::fs::remove_file(format!("{}.d", file.0.display())).unwrap();
     let info = limiter.shared_info().unwrap();
     assert!(info.locks_held.iter().all(|&(s, _)| s != shard), "the lock was taken over");
-    assert!(limiter.metrics().keys >= before + 2000 - 1, "no key lost but the one being inserted");
-    eprintln!("the slowest decision after the kill: {slowest} us");
+    let after = limiter.metrics().keys;
+    assert!(after >= before + 2000 - 1, "{policy}: no key lost but the one being inserted");
+    eprintln!("{policy}: the slowest decision after the kill: {slowest} us");
 }
 
 #[test]
@@ -310,7 +333,7 @@ fn attaching_with_other_parameters_is_refused_naming_the_field() {
 fn a_shared_table_snapshots_and_is_restored_into_a_heap_limiter() {
     let file = TableFile::new("snapshot");
     let policy: Policy = "fixed-window limit=5 window=1h".parse().unwrap();
-    let mut shared = KeyedLimiter::<str>::open_shared(&file.0, &policy, 1000).unwrap();
+    let shared = KeyedLimiter::<str>::open_shared(&file.0, &policy, 1000).unwrap();
     for k in ["a", "b", "b"] {
         assert!(shared.allow(k));
     }
@@ -318,16 +341,100 @@ fn a_shared_table_snapshots_and_is_restored_into_a_heap_limiter() {
     assert_eq!(shared.metrics().keys, 1);
     let mut bytes = Vec::new();
     shared.snapshot(&mut bytes).unwrap();
-    assert!(matches!(
-        shared.restore(&bytes[..], ratewell::Resume::WallClock),
-        Err(ratewell::SnapshotError::Shared)
-    ));
     // At 1,000 keys both tables have one shard of 125 buckets: the same shape.
     let mut heap = KeyedLimiter::<str>::new(&policy, 1000);
     let restored = heap.restore(&bytes[..], ratewell::Resume::WallClock).unwrap();
     assert_eq!(restored.keys, 1);
     assert_eq!(heap.request("b").peek().remaining(), 3);
     assert_eq!(heap.request("a").peek().remaining(), 5);
+}
+
+/// Wait for a child's `ready` line (after the test harness's own lines).
+fn ready(child: &mut Child) {
+    let out = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+    let mut lines = std::io::BufRead::lines(out);
+    assert!(lines.any(|l| l.unwrap().trim() == "ready"), "the child said it was ready");
+}
+
+#[test]
+fn a_snapshot_is_restored_into_a_new_shared_table_before_others_attach() {
+    let policy: Policy = "fixed-window limit=5 window=1h".parse().unwrap();
+    let heap = KeyedLimiter::<str>::new(&policy, 1000);
+    for k in ["a", "b", "b"] {
+        assert!(heap.allow(k));
+    }
+    let other: Policy = "fixed-window limit=9 window=1h".parse().unwrap();
+    heap.set_override("c", Some(&other)).unwrap();
+    assert!(heap.allow("c"));
+    let mut bytes = Vec::new();
+    heap.snapshot(&mut bytes).unwrap();
+    let reset = heap.request("b").peek().reset_after_ns();
+
+    // A new table (seeds of its own): it takes the snapshot's seeds and time line.
+    let file = TableFile::new("restore");
+    let mut shared = KeyedLimiter::<str>::open_shared(&file.0, &policy, 1000).unwrap();
+    let restored = shared.restore(&bytes[..], ratewell::Resume::WallClock).unwrap();
+    assert_eq!(restored.keys, 2, "{restored:?}");
+    // The key stored under another policy (`c`, an override's) is not restored.
+    assert_eq!(restored.fresh, 1, "{restored:?}");
+    assert_eq!(shared.request("b").peek().remaining(), 3);
+    assert_eq!(shared.request("a").peek().remaining(), 4);
+    assert_eq!(shared.request("c").peek().remaining(), 5);
+    // A process that attaches after reads the same keys on the same time line.
+    let later = KeyedLimiter::<str>::open_shared(&file.0, &policy, 1000).unwrap();
+    assert!(later.allow("b") && later.allow("b") && later.allow("b") && !later.allow("b"));
+    assert!(!shared.allow("b"));
+    let drift = later.request("b").peek().reset_after_ns().abs_diff(reset);
+    assert!(drift < 60_000_000_000, "the window's end moved by {drift} ns");
+
+    // Another live process attached: refused, and the table is left as it was.
+    let mut holder = spawn(&format!("hold {} 5", file.0.display()));
+    ready(&mut holder);
+    let err = shared.restore(&bytes[..], ratewell::Resume::WallClock).unwrap_err();
+    assert!(matches!(err, ratewell::SnapshotError::Shared), "{err}");
+    assert_eq!(shared.request("a").peek().remaining(), 4);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Once it is gone, the restore goes through: "b" as the snapshot had it.
+    shared.restore(&bytes[..], ratewell::Resume::WallClock).unwrap();
+    assert_eq!(shared.request("b").peek().remaining(), 3);
+}
+
+#[test]
+fn a_sliding_log_is_shared_and_restored() {
+    let policy: Policy = "sliding-log limit=3 window=1h".parse().unwrap();
+    let file = TableFile::new("log");
+    let a = KeyedLimiter::<str>::open_shared(&file.0, &policy, 100).unwrap();
+    let b = KeyedLimiter::<str>::open_shared(&file.0, &policy, 100).unwrap();
+    assert!(a.allow("k") && b.allow("k"));
+    let (decision, charge) = a.request("k").take();
+    assert!(decision.is_admitted());
+    assert!(!b.allow("k"), "three in the log, shared");
+    a.refund(charge.unwrap());
+    assert!(b.allow("k"), "the refund came off the shared log");
+    assert_eq!(a.request("j").cost(2).peek().remaining(), 3);
+    let info = a.shared_info().unwrap();
+    assert_eq!(info.log_entries, 3);
+    assert_eq!(a.metrics().keys, 1);
+    let needed = KeyedLimiter::<str>::region_size(&policy, 100).unwrap();
+    assert!(needed >= 100 * 3 * 16, "room for every key's whole log: {needed} bytes");
+    // Snapshot, restore into a new table: the log is there, entry by entry.
+    let mut bytes = Vec::new();
+    a.snapshot(&mut bytes).unwrap();
+    drop((a, b));
+    let copy = TableFile::new("log-copy");
+    let mut c = KeyedLimiter::<str>::open_shared(&copy.0, &policy, 100).unwrap();
+    assert_eq!(c.restore(&bytes[..], ratewell::Resume::WallClock).unwrap().keys, 1);
+    assert!(!c.allow("k"));
+    assert_eq!(c.request("k").peek().remaining(), 0);
+    // Another capacity is another geometry: refused, naming it.
+    match KeyedLimiter::<str>::open_shared(&copy.0, &policy, 10_000) {
+        Err(SharedError::Mismatch { field, table, .. }) => {
+            assert_eq!(field, "capacity");
+            assert!(table.contains("3 log entries"), "{table}");
+        }
+        other => panic!("{:?}", other.err()),
+    }
 }
 
 #[test]
@@ -343,11 +450,6 @@ fn foreign_bytes_are_refused() {
         }
         assert_eq!(std::fs::read(&file.0).unwrap(), bytes, "the file is left as it was");
     }
-    let log: Policy = "sliding-log limit=3 window=1m".parse().unwrap();
-    assert!(matches!(
-        KeyedLimiter::<str>::open_shared(&file.0, &log, 100),
-        Err(SharedError::Unsupported(_))
-    ));
 }
 
 #[test]

@@ -383,7 +383,7 @@ mod processes {
     pub(super) fn run(args: &Args, n: usize) -> Result<(), String> {
         let spec = args.policies.first().map_or(DEFAULT_POLICY, String::as_str);
         let policy: Policy = spec.parse().map_err(|e| format!("--policy {spec}: {e}"))?;
-        // A sliding log cannot be shared: refused here, before any process starts.
+        // A policy or a table size that cannot be had: refused here, before any process starts.
         KeyedLimiter::<u64>::region_size(&policy, capacity(n, args.keys)?)
             .map_err(|e| format!("--policy {spec}: {e}"))?;
         let cpus = thread::available_parallelism().map_or(1, |c| c.get());

@@ -125,7 +125,6 @@ fn report(
     info: &ratewell::SharedInfo,
     m: &ratewell::Metrics,
 ) -> String {
-    let slots = info.shards * info.buckets_per_shard * 8;
     let on_full = match info.on_full {
         OnFull::EvictLeastGranting => "evict".to_string(),
         OnFull::Refuse => "refuse".to_string(),
@@ -136,10 +135,26 @@ fn report(
         ("table", path.display().to_string()),
         ("layout version", info.version.to_string()),
         ("bytes", format!("{} ({})", info.bytes, binary(info.bytes))),
-        (
-            "slots",
-            format!("{slots} ({} shards x {} buckets x 8)", info.shards, info.buckets_per_shard),
-        ),
+        match info.log_entries {
+            0 => (
+                "slots",
+                format!(
+                    "{} ({} shards x {} buckets x 8)",
+                    info.shards * info.buckets_per_shard * 8,
+                    info.shards,
+                    info.buckets_per_shard
+                ),
+            ),
+            entries => (
+                "logs",
+                format!(
+                    "{} ({} shards x {} keys, {entries} entries a key)",
+                    info.shards * info.buckets_per_shard,
+                    info.shards,
+                    info.buckets_per_shard
+                ),
+            ),
+        },
         ("policy", policy.to_string()),
         ("on_full", on_full),
         ("clock", clock(info.clock_scale)),

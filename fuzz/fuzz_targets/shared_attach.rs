@@ -42,7 +42,6 @@ const POLICIES: [&str; 6] = [
     "sliding-window limit=5 window=1s",
     "leaky-bucket rate=3/250ms burst=5 delay=2 compat=nginx",
     "token-bucket capacity=7 refill=3 every=250ms",
-    // Not shareable: refused before the region is read.
     "sliding-log limit=3 window=1s",
 ];
 const CAPACITIES: [usize; 4] = [1, 64, 1000, 20_000];
@@ -170,24 +169,17 @@ fn template(config: Config) -> &'static Template {
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
     cache.entry(config.key()).or_insert_with(|| {
         let policy = config.policy();
-        let bytes = match KeyedLimiter::<u16>::region_size(&policy, config.capacity()) {
-            Ok(bytes) => bytes,
-            // The sliding log: no table, so zeros (its attach is refused anyway).
-            Err(_) => 2 * PAGE_WORDS * 8,
-        };
+        let bytes = KeyedLimiter::<u16>::region_size(&policy, config.capacity())
+            .expect("every policy has a region size");
         let mut pages = vec![Page([0; PAGE_WORDS]); bytes.div_ceil(PAGE_WORDS * 8)];
-        let (mut shards, mut slots) = (0, 0);
-        if policy.to_string().starts_with("sliding-log") {
-            assert!(config.attach(region_of(pages.as_mut_ptr(), pages.len(), 0, bytes)).is_err());
-        } else {
-            let limiter = config
-                .attach(region_of(pages.as_mut_ptr(), pages.len(), 0, bytes))
-                .expect("zeroed memory of region_size gives a table");
-            assert!(limiter.allow(&1));
-            shards = limiter.shared_info().expect("a shared table").shards as usize;
-            slots = limiter.metrics().capacity as usize;
-            limiter.reset(&1);
-        }
+        let limiter = config
+            .attach(region_of(pages.as_mut_ptr(), pages.len(), 0, bytes))
+            .expect("zeroed memory of region_size gives a table");
+        assert!(limiter.allow(&1));
+        let shards = limiter.shared_info().expect("a shared table").shards as usize;
+        let slots = limiter.metrics().capacity as usize;
+        limiter.reset(&1);
+        drop(limiter);
         let words: Box<[u64]> = pages.iter().flat_map(|p| p.0).take(bytes / 8).collect();
         let buckets_at = words[BUCKETS_AT_WORD] as usize / 8;
         Box::leak(Box::new(Template { words, shards, buckets_at, slots }))
@@ -228,13 +220,12 @@ fn with_keys_of(
     let n = template.words.len();
     let mut pages = vec![Page([0; PAGE_WORDS]); n.div_ceil(PAGE_WORDS)];
     words_of(&mut pages)[..n].copy_from_slice(&template.words);
-    if template.shards > 0 {
-        let region = region_of(pages.as_mut_ptr(), pages.len(), 0, n * 8);
-        let limiter = config.attach(region).expect("a valid table attaches with its parameters");
-        for (k, c) in keys {
-            limiter.request(&k).cost(u32::from(c % 4)).check();
-        }
+    let region = region_of(pages.as_mut_ptr(), pages.len(), 0, n * 8);
+    let limiter = config.attach(region).expect("a valid table attaches with its parameters");
+    for (k, c) in keys {
+        limiter.request(&k).cost(u32::from(c % 4)).check();
     }
+    drop(limiter);
     words_of(&mut pages)[..n].to_vec()
 }
 
@@ -274,7 +265,8 @@ fn exercise(limiter: &KeyedLimiter<u16, SharedClock>, op: &Op, len: usize) {
             // The geometry was checked on attach, and nothing writes it since.
             assert_eq!(info.version, 1);
             assert_eq!(info.bytes, len as u64);
-            assert_eq!(metrics.capacity, info.shards * info.buckets_per_shard * 8);
+            let per_bucket = if info.log_entries == 0 { 8 } else { 1 };
+            assert_eq!(metrics.capacity, info.shards * info.buckets_per_shard * per_bucket);
             let _ = format!("{metrics:?} {info:?}");
         }
         Op::Snapshot => {

@@ -47,6 +47,70 @@ struct Admit {
     at: u64,
 }
 
+/// A log's entries as the algorithm reads and writes them: a [`Log`] on the heap, or a shared
+/// table's log in its region (`keyed/shared/logs.rs`). Entries are `(time, cost)`, oldest first,
+/// times strictly increasing, costs at least 1.
+pub(crate) trait Entries {
+    /// Entries held.
+    fn len(&self) -> usize;
+    /// Entry `i`, oldest first.
+    fn get(&self, i: usize) -> (u64, u64);
+    /// The cost of every entry held.
+    fn total(&self) -> u64;
+
+    /// The newest entry.
+    fn newest(&self) -> Option<(u64, u64)> {
+        self.len().checked_sub(1).map(|i| self.get(i))
+    }
+}
+
+/// [`Entries`] that an admission and a refund write.
+pub(crate) trait EntriesMut: Entries {
+    /// Drop the `expired` oldest entries, add `cost` at `at` (to the newest entry if it is at
+    /// `at`, else as a new newest entry, `at` being later than every entry), and make the total
+    /// `total`.
+    fn admit(&mut self, expired: usize, at: u64, cost: u64, total: u64);
+    /// Take `back` (at most its cost) off entry `i` and the total, dropping the entry when no
+    /// cost is left.
+    fn take_off(&mut self, i: usize, back: u64);
+}
+
+impl Entries for Log {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn get(&self, i: usize) -> (u64, u64) {
+        self.entries[i]
+    }
+    fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+impl EntriesMut for Log {
+    fn admit(&mut self, expired: usize, at: u64, cost: u64, total: u64) {
+        self.entries.drain(..expired);
+        self.total = total;
+        match self.entries.back_mut() {
+            Some((t, c)) if *t == at => *c += cost,
+            _ => {
+                if self.entries.capacity() == 0 {
+                    self.entries.reserve_exact(4);
+                }
+                self.entries.push_back((at, cost));
+            }
+        }
+    }
+    fn take_off(&mut self, i: usize, back: u64) {
+        let entry = &mut self.entries[i].1;
+        *entry -= back;
+        self.total -= back;
+        if *entry == 0 {
+            self.entries.remove(i);
+        }
+    }
+}
+
 impl Log {
     /// The entries, oldest first: `(time, cost)`.
     pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
@@ -71,6 +135,15 @@ impl Log {
         (total <= policy.limit).then(|| Log { entries: entries.into(), total })
     }
 
+    /// A copy of `entries` on the heap.
+    #[cfg(all(target_os = "linux", not(ratewell_loom)))] // shared tables
+    pub(crate) fn copied(entries: &impl Entries) -> Log {
+        let mut log =
+            Log { entries: VecDeque::with_capacity(entries.len()), total: entries.total() };
+        log.entries.extend((0..entries.len()).map(|i| entries.get(i)));
+        log
+    }
+
     /// Bytes of the entry buffer (16 an entry of its capacity).
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<(u64, u64)>()
@@ -85,13 +158,25 @@ impl SlidingLog {
         Ok(SlidingLog { limit: u64::from(limit), window: window_ns })
     }
 
+    /// The most entries a log of this policy holds (its limit, and at least 1).
+    #[cfg(all(target_os = "linux", not(ratewell_loom)))] // shared tables
+    pub(crate) fn max_entries(&self) -> u64 {
+        self.limit.max(1)
+    }
+
     /// Decide, and log the request when `commit` and admitted; without `commit`, a peek: the
     /// outcome of the request, with the log's remaining, reset and replenish times as they are.
     ///
     /// Only an admission writes: it drops the entries that can never count again (older than
     /// `at - W`, with `at` the new newest time). A rejection or a peek reads, so a later reading
     /// between the newest entry and this one still sees every entry it should.
-    pub(crate) fn decide(&self, log: &mut Log, now: u64, cost: u32, commit: bool) -> Decision {
+    pub(crate) fn decide(
+        &self,
+        log: &mut impl EntriesMut,
+        now: u64,
+        cost: u32,
+        commit: bool,
+    ) -> Decision {
         if commit {
             self.take(log, now, cost).0
         } else {
@@ -101,63 +186,81 @@ impl SlidingLog {
 
     /// Decide and log the request if admitted; the time of its entry (what
     /// [`give_back`](Self::give_back) needs) when it was.
-    pub(crate) fn take(&self, log: &mut Log, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    pub(crate) fn take(
+        &self,
+        log: &mut impl EntriesMut,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<u64>) {
         let (decision, admit) = self.evaluate(log, now, u64::from(cost), true);
         let Some(Admit { expired, live, at }) = admit else { return (decision, None) };
         let cost = u64::from(cost);
-        log.entries.drain(..expired);
-        log.total = live + cost;
-        match log.entries.back_mut() {
-            Some((t, c)) if *t == at => *c += cost,
-            _ => {
-                if log.entries.capacity() == 0 {
-                    log.entries.reserve_exact(4);
-                }
-                log.entries.push_back((at, cost));
-            }
-        }
+        log.admit(expired, at, cost, live + cost);
         (decision, Some(at))
     }
 
     /// Take back an admission of `cost` logged at `at`: its cost comes off that entry, if the
     /// log still holds it (exact: the log is then the one without the admission); an entry
     /// already dropped has nothing left to give back.
-    pub(crate) fn give_back(&self, log: &mut Log, at: u64, cost: u64) {
-        let Ok(i) = log.entries.binary_search_by_key(&at, |&(t, _)| t) else { return };
-        let entry = &mut log.entries[i].1;
-        let back = cost.min(*entry);
-        *entry -= back;
-        log.total -= back;
-        if *entry == 0 {
-            log.entries.remove(i);
+    pub(crate) fn give_back(&self, log: &mut impl EntriesMut, at: u64, cost: u64) {
+        // The entries' times increase strictly: a binary search for `at`.
+        let (mut lo, mut hi) = (0, log.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match log.get(mid).0.cmp(&at) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let back = cost.min(log.get(mid).1);
+                    log.take_off(mid, back);
+                    return;
+                }
+            }
         }
     }
 
     /// The decision on `log` without logging anything (a peek).
-    pub(crate) fn peek(&self, log: &Log, now: u64, cost: u32) -> Decision {
+    pub(crate) fn peek(&self, log: &impl Entries, now: u64, cost: u32) -> Decision {
         self.evaluate(log, now, u64::from(cost), false).0
     }
 
     /// The log as it is at `now`, as a decision that takes nothing (impossible).
-    pub(crate) fn probe(&self, log: &Log, now: u64) -> Decision {
+    pub(crate) fn probe(&self, log: &impl Entries, now: u64) -> Decision {
         self.evaluate(log, now, u64::MAX, false).0
     }
 
     /// The decision on `log`, and what an admission to be committed changes.
-    fn evaluate(&self, log: &Log, now: u64, cost: u64, commit: bool) -> (Decision, Option<Admit>) {
+    fn evaluate(
+        &self,
+        log: &impl Entries,
+        now: u64,
+        cost: u64,
+        commit: bool,
+    ) -> (Decision, Option<Admit>) {
+        let len = log.len();
+        let newest = log.newest().map(|(t, _)| t);
         // Decide at the later of `now` and the newest entry; report waits from `now`.
-        let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
+        let at = newest.map_or(now, |t| t.max(now));
         // Entries at or after `at - W` are live.
         let oldest_live = at.saturating_sub(self.window);
-        let expired = log.entries.iter().take_while(|&&(t, _)| t < oldest_live).count();
-        let dead: u64 = log.entries.iter().take(expired).map(|&(_, c)| c).sum();
-        let live = log.total - dead;
-        let remaining = self.limit - live;
+        let mut expired = 0;
+        let mut dead = 0u64;
+        while expired < len {
+            let (t, c) = log.get(expired);
+            if t >= oldest_live {
+                break;
+            }
+            dead = dead.saturating_add(c);
+            expired += 1;
+        }
+        // Exact for a log this code wrote; saturating for a shared table's log that another
+        // process's bytes corrupted (a wrong decision then, never an overflow).
+        let live = log.total().saturating_sub(dead);
+        let remaining = self.limit.saturating_sub(live);
         let reset_at = |newest: u64| newest.saturating_add(self.window + 1).saturating_sub(now);
-        let newest = log.entries.back().map(|&(t, _)| t);
         let reset = if live == 0 { 0 } else { newest.map_or(0, reset_at) };
         // More quota comes when the oldest live entry stops counting.
-        let next = log.entries.get(expired).map_or(0, |&(t, _)| reset_at(t));
+        let next = if expired < len { reset_at(log.get(expired).0) } else { 0 };
         if cost > self.limit {
             return (Decision::impossible(self.limit, remaining, reset).replenish(next), None);
         }
@@ -174,9 +277,10 @@ impl SlidingLog {
         // Entry `t` stops counting at `t + W + 1`; wait for the oldest live ones until `cost` fits.
         let mut freed = 0;
         let mut retry = 0;
-        for &(t, c) in log.entries.iter().skip(expired) {
-            freed += c;
-            if live - freed + cost <= self.limit {
+        for i in expired..len {
+            let (t, c) = log.get(i);
+            freed = c.saturating_add(freed);
+            if live.saturating_sub(freed) + cost <= self.limit {
                 retry = reset_at(t);
                 break;
             }
@@ -186,8 +290,8 @@ impl SlidingLog {
 
     /// `true` once every entry has expired at `now` (a reading earlier than the newest entry
     /// never counts as expired).
-    pub(crate) fn is_fresh(&self, log: &Log, now: u64) -> bool {
-        log.entries.back().is_none_or(|&(t, _)| t.saturating_add(self.window) < now)
+    pub(crate) fn is_fresh(&self, log: &impl Entries, now: u64) -> bool {
+        log.newest().is_none_or(|(t, _)| t.saturating_add(self.window) < now)
     }
 }
 

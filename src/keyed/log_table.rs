@@ -41,7 +41,7 @@ use crate::keyed::{Receipt, Store, shard_count};
 use crate::sync::{Mutex, MutexGuard, lock};
 
 /// Keys examined from the head of a full shard's list for one new key.
-const CANDIDATES: usize = 8;
+pub(crate) const CANDIDATES: usize = 8;
 /// The end of a list.
 const NIL: u32 = u32::MAX;
 
@@ -79,16 +79,16 @@ struct LogShard {
     refused: u64,
 }
 
-fn sliding_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
+pub(crate) fn sliding_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
     as_log(policies.algorithm(idx)?)
 }
 
 /// The policy of slot `idx` even if retired (what a key stored under it has been decided by).
-fn previous_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
+pub(crate) fn previous_log<P: Policies>(policies: &P, idx: u8) -> Option<&SlidingLog> {
     as_log(policies.previous(idx)?)
 }
 
-fn as_log(algorithm: &Algorithm) -> Option<&SlidingLog> {
+pub(crate) fn as_log(algorithm: &Algorithm) -> Option<&SlidingLog> {
     match algorithm {
         Algorithm::Log(log) => Some(log),
         _ => None,

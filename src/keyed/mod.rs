@@ -384,7 +384,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub fn buckets_of(&self, key: &K) -> Option<(usize, usize)> {
         match &self.backend {
             Backend::Words(table) => Some(table.buckets_of(self.hasher.hash_one(key))),
-            Backend::Logs(_) => None,
+            _ => None,
         }
     }
 }

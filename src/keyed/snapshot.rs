@@ -126,15 +126,20 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     /// [`Resume::WallClock`] counts the system time that passed since the snapshot was taken; a
     /// snapshot from a file is `File::open(path)?`.
     pub fn restore(&mut self, r: impl Read, resume: Resume) -> Result<Restored, SnapshotError> {
-        if self.region.is_some() {
-            return Err(SnapshotError::Shared);
-        }
         let bytes = snapshot::read_all(r, self.snapshot_limit())?;
         let parsed = self.parse_snapshot(&bytes)?;
+        #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+        if self.region.is_some() && !self.alone_on_region() {
+            return Err(SnapshotError::Shared);
+        }
         let elapsed = snapshot::elapsed(resume, parsed.header.anchor);
         let reading = self.floor.reading(&self.clock);
         let offset = snapshot::offset(parsed.header.now, elapsed, reading);
         self.floor.set_offset(offset);
+        // A shared table's header takes the snapshot's seeds and time line, for the processes
+        // that attach after.
+        #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+        self.publish_restore(parsed.seeds, offset);
         let now = reading.wrapping_add(offset);
         let mut restored = self.apply_snapshot(parsed, now);
         restored.elapsed = elapsed.unwrap_or_default();
@@ -152,7 +157,7 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
     pub(crate) fn snapshot_limit(&self) -> u64 {
         match &self.backend {
             Backend::Words(table) => 256 + 255 * (4 + 65_535) + table_capacity(table) * 26,
-            Backend::Logs(_) => u64::MAX,
+            _ => u64::MAX,
         }
     }
 
@@ -163,6 +168,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let (kind, shape) = match &self.backend {
             Backend::Words(t) => (KIND_WORDS, t.shape()),
             Backend::Logs(t) => (KIND_LOGS, t.shape()),
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            Backend::SharedLogs(t) => (KIND_LOGS, t.shape()),
         };
         let mut out = Out(Vec::with_capacity(1024 + len * 18));
         out.header(kind, 0, now, anchor);
@@ -188,13 +195,12 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
                 });
             }
             Backend::Logs(table) => table.snapshot(|hash, idx, log| {
-                out.u64(hash);
-                out.u8(idx);
-                out.u32(log.entries().len() as u32);
-                for (t, cost) in log.entries() {
-                    out.u64(t);
-                    out.u32(cost as u32);
-                }
+                write_log(&mut out, hash, idx, log);
+                keys += 1;
+            }),
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            Backend::SharedLogs(table) => table.snapshot(|hash, idx, log| {
+                write_log(&mut out, hash, idx, log);
                 keys += 1;
             }),
         }
@@ -209,6 +215,8 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         let (expected, shape) = match &self.backend {
             Backend::Words(t) => (KIND_WORDS, t.shape()),
             Backend::Logs(t) => (KIND_LOGS, t.shape()),
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            Backend::SharedLogs(t) => (KIND_LOGS, t.shape()),
         };
         if header.kind != expected || header.count != 0 {
             return Err(SnapshotError::Kind {
@@ -258,7 +266,19 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
         self.hasher = hasher_of(seeds);
         let secret = self.hasher.hash_one(0x5eed_u64);
         with_store!(mut self, store => store.reseed(secret));
-        let map = self.registry.adopt(&slots);
+        let map = if self.region.is_some() {
+            // A shared table's policy is fixed (every process has its own registry): keys of
+            // the snapshot under that policy keep their states; the others are not restored.
+            let own = self.registry.default_policy().clone();
+            let slot = super::registry::Policies::resolve(&self.registry, 0).0;
+            let mut map = vec![None; 256];
+            for (idx, _, policy) in &slots {
+                map[usize::from(*idx)] = (*policy == own).then_some(slot);
+            }
+            map
+        } else {
+            self.registry.adopt(&slots)
+        };
         let mut policy_of = vec![None; 256];
         for (idx, _, policy) in &slots {
             policy_of[usize::from(*idx)] = Some(policy.algorithm.clone());
@@ -282,26 +302,16 @@ impl<K: Hash + ?Sized, C: Clock> KeyedLimiter<K, C> {
                     }
                 }
             }
-            (Backend::Logs(table), Records::Logs(mut records)) => {
-                // Each shard's list runs from the least recently admitted key: re-inserted in
-                // the order of their newest entries, keys of one old shard keep their order.
-                records.sort_by_key(|(_, _, log)| log.entries().last().map_or(0, |(t, _)| t));
-                for (hash, idx, log) in records {
-                    let Some(to) = map[usize::from(idx)] else {
-                        restored.fresh += 1;
-                        continue;
-                    };
-                    let Some(Algorithm::Log(policy)) = &policy_of[usize::from(idx)] else {
-                        unreachable!("checked: every slot of a log table is a log")
-                    };
-                    if policy.is_fresh(&log, now) {
-                        restored.expired += 1;
-                    } else if table.put(hash, to, log) {
-                        restored.keys += 1;
-                    } else {
-                        restored.dropped += 1;
-                    }
-                }
+            (Backend::Logs(table), Records::Logs(records)) => {
+                restore_logs(records, &map, &policy_of, now, &mut restored, |hash, idx, log| {
+                    table.put(hash, idx, log)
+                });
+            }
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            (Backend::SharedLogs(table), Records::Logs(records)) => {
+                restore_logs(records, &map, &policy_of, now, &mut restored, |hash, idx, log| {
+                    table.put(hash, idx, &log)
+                });
             }
             _ => unreachable!("checked: the snapshot's kind is the table's"),
         }
@@ -374,4 +384,45 @@ fn read_logs(
         records.push((hash, idx, log));
     }
     Ok(records)
+}
+
+/// One key's log in a snapshot: its hash, policy slot, entries, and each entry's time and cost.
+fn write_log(out: &mut Out, hash: u64, idx: u8, log: &Log) {
+    out.u64(hash);
+    out.u8(idx);
+    out.u32(log.entries().len() as u32);
+    for (t, cost) in log.entries() {
+        out.u64(t);
+        out.u32(cost as u32);
+    }
+}
+
+/// Restore a snapshot's logs with `put`, counting what became of each in `restored`.
+fn restore_logs(
+    mut records: Vec<(u64, u8, Log)>,
+    map: &[Option<u8>],
+    policy_of: &[Option<Algorithm>],
+    now: u64,
+    restored: &mut Restored,
+    mut put: impl FnMut(u64, u8, Log) -> bool,
+) {
+    // Each shard's list runs from the least recently admitted key: re-inserted in the order of
+    // their newest entries, keys of one old shard keep their order.
+    records.sort_by_key(|(_, _, log)| log.entries().last().map_or(0, |(t, _)| t));
+    for (hash, idx, log) in records {
+        let Some(to) = map[usize::from(idx)] else {
+            restored.fresh += 1;
+            continue;
+        };
+        let Some(Algorithm::Log(policy)) = &policy_of[usize::from(idx)] else {
+            unreachable!("checked: every slot of a log table is a log")
+        };
+        if policy.is_fresh(&log, now) {
+            restored.expired += 1;
+        } else if put(hash, to, log) {
+            restored.keys += 1;
+        } else {
+            restored.dropped += 1;
+        }
+    }
 }

@@ -11,11 +11,14 @@ use super::table::{OnFull, Table, TableStats};
 use crate::cas::Report;
 use crate::decision::Decision;
 
-/// Where a keyed limiter keeps its keys: the one-word algorithms' table of atomic words, or the
-/// sliding log's table of logs. Not a type parameter: the policy, a run-time value, says which.
-pub(super) enum Backend {
+/// Where a keyed limiter keeps its keys: the one-word algorithms' table of atomic words (on the
+/// heap or in a shared region), or the sliding log's table of logs (on the heap, or a shared
+/// table's logs in its region). Not a type parameter: the policy, a run-time value, says which.
+pub(crate) enum Backend {
     Words(Table),
     Logs(LogTable),
+    #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+    SharedLogs(super::shared::LogRegion),
 }
 
 /// `$body` with `$store` bound to the limiter's [`Store`] (the one match on [`Backend`]);
@@ -25,12 +28,16 @@ macro_rules! with_store {
         match &$limiter.backend {
             Backend::Words($store) => $body,
             Backend::Logs($store) => $body,
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            Backend::SharedLogs($store) => $body,
         }
     };
     (mut $limiter:expr, $store:ident => $body:expr) => {
         match &mut $limiter.backend {
             Backend::Words($store) => $body,
             Backend::Logs($store) => $body,
+            #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+            Backend::SharedLogs($store) => $body,
         }
     };
 }

@@ -9,9 +9,9 @@
 //! | bytes | what |
 //! |---|---|
 //! | 0..4096 | the header: the initialisation word (`lock.rs`), a magic number and the layout version, the geometry, the full-table behaviour, the hash seeds and a probe of the hasher, the clock's origin and scale, the boot it was made in, the policy's text, each process's counter block's owner |
-//! | `SHARDS` | per shard, 128 bytes: its insert lock word, its counters, its move journal |
+//! | `SHARDS` | per shard, 128 bytes: its insert lock word, its counters, its move journal (a sliding log's table uses the lock word alone) |
 //! | `COUNTS` | per process (16 blocks), a cell of admitted and rejected counts per thread; 8 striped cells for the rest; the refunds |
-//! | `BUCKETS` (4096-aligned) | the buckets, as a heap table's (`table.rs`) |
+//! | `BUCKETS` (4096-aligned) | the buckets, as a heap table's (`table.rs`); for a sliding log, every key's node and ring of entries, shard by shard (`logs.rs`) |
 //!
 //! The decision hot path is the heap table's, instruction for instruction: the buckets and the
 //! shards are [`Slab`]s, one pointer and one length either way. What differs is around it: the
@@ -81,7 +81,12 @@ pub mod protocol {
 }
 
 #[cfg(all(target_os = "linux", not(ratewell_loom)))]
+mod logs;
+#[cfg(all(target_os = "linux", not(ratewell_loom)))]
 mod region;
+
+#[cfg(all(target_os = "linux", not(ratewell_loom)))]
+pub(crate) use self::logs::LogRegion;
 
 #[cfg(all(target_os = "linux", not(ratewell_loom)))]
 pub use self::region::{SharedError, SharedInfo};

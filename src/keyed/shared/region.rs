@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::lock::{self, Liveness, System};
+use super::logs::{Geometry, LogRegion};
 use crate::algorithms::Algorithm;
 use crate::clock::{Floor, SharedClock};
 use crate::keyed::counts::{self, Counters, Counts};
@@ -51,6 +52,10 @@ mod word {
     pub(super) const BUCKETS_AT: usize = 20;
     pub(super) const CREATED_BY: usize = 21;
     pub(super) const PID_NAMESPACE: usize = 22;
+    /// A sliding log's entries per key (0: a one-word table).
+    pub(super) const LOG_ENTRIES: usize = 23;
+    /// Added to every process's clock readings: a restore's time line (0 until one).
+    pub(super) const CLOCK_OFFSET: usize = 24;
     pub(super) const OWNERS: usize = 32; // BLOCKS words
     pub(super) const POLICY: usize = 64; // POLICY_BYTES / 8 words
 }
@@ -65,8 +70,6 @@ pub enum SharedError {
     Io(std::io::Error),
     /// The capacity cannot be had.
     Capacity(CapacityError),
-    /// The policy cannot be shared: the sliding log's per-key logs are not kept in a region.
-    Unsupported(Policy),
     /// The region is smaller than the table needs.
     TooSmall {
         /// Bytes the table needs ([`KeyedLimiter::region_size`]).
@@ -100,11 +103,6 @@ impl std::fmt::Display for SharedError {
         match self {
             SharedError::Io(e) => write!(f, "the shared table's file: {e}"),
             SharedError::Capacity(e) => e.fmt(f),
-            SharedError::Unsupported(p) => write!(
-                f,
-                "`{p}` cannot be shared: a sliding log's per-key logs are not kept in a shared \
-                 table (use a one-word algorithm)"
-            ),
             SharedError::TooSmall { needed, given } => {
                 write!(f, "the region has {given} bytes; the table needs {needed}")
             }
@@ -152,10 +150,13 @@ pub struct SharedInfo {
     pub version: u64,
     /// The region's size in bytes.
     pub bytes: u64,
-    /// Shards, and buckets (of 8 slots) per shard.
+    /// Shards.
     pub shards: u64,
-    /// Buckets per shard.
+    /// Buckets (of 8 slots) per shard; for a sliding log's table, keys per shard.
     pub buckets_per_shard: u64,
+    /// A sliding log's table: the entries a key's log holds (the policy's limit); 0 for a
+    /// one-word table.
+    pub log_entries: u64,
     /// What a new key does when its candidate slots are live.
     pub on_full: OnFull,
     /// The clock's scale: nanoseconds per 2^32 ticks of the counter it reads.
@@ -169,11 +170,14 @@ pub struct SharedInfo {
     pub locks_held: Vec<(usize, u32)>,
 }
 
-/// Where each part of a table of some geometry lies in its region.
+/// Where each part of a table of some geometry lies in its region. A sliding log's table has
+/// `logs`: its keys per shard are `buckets_per_shard`, and its logs lie where a one-word
+/// table's buckets would.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
     shards: u64,
     buckets_per_shard: u64,
+    logs: Option<Geometry>,
     shards_at: usize,
     counts_at: usize,
     buckets_at: usize,
@@ -181,13 +185,17 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(shards: u64, buckets_per_shard: u64) -> Result<Self, CapacityError> {
+    /// The layout of a one-word table of `shards` shards of `buckets_per_shard` buckets (with
+    /// `entries` 0), or of a sliding log's of `shards` shards of `buckets_per_shard` keys of
+    /// `entries` entries.
+    fn new(shards: u64, buckets_per_shard: u64, entries: u64) -> Result<Self, CapacityError> {
+        let keys = if entries == 0 { 8 } else { 1 };
         let too_large = || CapacityError::TooLarge {
-            requested: shards.saturating_mul(buckets_per_shard).saturating_mul(8),
+            requested: shards.saturating_mul(buckets_per_shard).saturating_mul(keys),
             max: crate::keyed::table::MAX_CAPACITY,
         };
         let buckets = shards.checked_mul(buckets_per_shard).ok_or_else(too_large)?;
-        if buckets.checked_mul(8).is_none_or(|slots| slots > crate::keyed::table::MAX_CAPACITY) {
+        if buckets.checked_mul(keys).is_none_or(|slots| slots > crate::keyed::table::MAX_CAPACITY) {
             return Err(too_large());
         }
         let buckets = usize::try_from(buckets).map_err(|_| too_large())?;
@@ -195,36 +203,55 @@ impl Layout {
         let counts_at = shards_at + shards as usize * size_of::<Shard>();
         let counts_end = counts_at + counts::region_cells(BLOCKS) * size_of::<Counters>();
         let buckets_at = counts_end.next_multiple_of(4096);
-        let total = buckets
-            .checked_mul(size_of::<Bucket>())
-            .and_then(|b| b.checked_add(buckets_at))
-            .map(|t| t.next_multiple_of(4096))
+        let (logs, bytes) = if entries == 0 {
+            (None, buckets.checked_mul(size_of::<Bucket>()).ok_or_else(too_large)?)
+        } else {
+            let geo = Geometry::new(shards, buckets_per_shard, entries).ok_or_else(too_large)?;
+            (Some(geo), geo.bytes())
+        };
+        let total = bytes
+            .checked_add(buckets_at)
+            .and_then(|t| t.checked_next_multiple_of(4096))
             .ok_or_else(too_large)?;
-        Ok(Layout { shards, buckets_per_shard, shards_at, counts_at, buckets_at, total })
+        Ok(Layout { shards, buckets_per_shard, logs, shards_at, counts_at, buckets_at, total })
+    }
+
+    /// Keys the table holds: 8 a bucket, or `buckets_per_shard` a shard for logs.
+    fn keys(&self) -> u64 {
+        let per_bucket = if self.logs.is_some() { 1 } else { 8 };
+        self.shards * self.buckets_per_shard * per_bucket
     }
 
     /// A shared table has shards of about 8,192 keys, not a heap table's 1,024: its shards
     /// fill more evenly, so that live keys are first evicted later (a shard is a fixed part of
     /// the table, and its fullest shard fills first), and its processes contend on its insert
     /// locks only when they insert.
-    fn for_capacity(capacity: usize) -> Result<Self, CapacityError> {
+    ///
+    /// A sliding log's table has as many shards, each of `capacity / shards` keys (rounded
+    /// up), each with room for the policy's limit in entries.
+    fn for_policy(policy: &Policy, capacity: usize) -> Result<Self, CapacityError> {
         let shards = |capacity: u64| (capacity / 8192).clamp(1, 256).next_power_of_two();
-        let (shards, per_shard) = Table::geometry_with(capacity, shards)?;
-        Self::new(shards, per_shard)
+        match &policy.algorithm {
+            Algorithm::Log(log) => {
+                let capacity = (capacity as u64).max(1);
+                if capacity > crate::keyed::table::MAX_CAPACITY {
+                    return Err(CapacityError::TooLarge {
+                        requested: capacity,
+                        max: crate::keyed::table::MAX_CAPACITY,
+                    });
+                }
+                let n = shards(capacity);
+                Self::new(n, capacity.div_ceil(n), log.max_entries())
+            }
+            _ => {
+                let (shards, per_shard) = Table::geometry_with(capacity, shards)?;
+                Self::new(shards, per_shard, 0)
+            }
+        }
     }
 }
 
-/// `policy`, unless a shared table cannot hold it: a sliding log's per-key logs are not kept in a
-/// region.
-fn shareable(policy: &Policy) -> Result<&Policy, SharedError> {
-    match policy.algorithm {
-        Algorithm::Log(_) => Err(SharedError::Unsupported(policy.clone())),
-        _ => Ok(policy),
-    }
-}
-
-/// What a process asks of the table it attaches to (built by [`Builder::wanted`], which refuses
-/// a policy that is not [`shareable`]).
+/// What a process asks of the table it attaches to (built by [`Builder::wanted`]).
 struct Wanted {
     policy: Policy,
     layout: Layout,
@@ -314,6 +341,7 @@ fn write_header(words: &[AtomicU64], want: &Wanted, fresh: bool, text: &str) {
     set(word::TOTAL, l.total as u64);
     set(word::SHARDS, l.shards);
     set(word::BUCKETS_PER_SHARD, l.buckets_per_shard);
+    set(word::LOG_ENTRIES, l.logs.map_or(0, |g| g.entries));
     set(word::ON_FULL, on_full_code(want.on_full));
     for (i, s) in seeds.iter().enumerate() {
         set(word::SEEDS + i, *s);
@@ -357,7 +385,8 @@ fn layout_of(words: &[AtomicU64], bytes: usize) -> Result<Layout, SharedError> {
     if !shards.is_power_of_two() || shards > 256 || per_shard == 0 {
         return Err(not(format!("{shards} shards of {per_shard} buckets")));
     }
-    let layout = Layout::new(shards, per_shard).map_err(|e| not(e.to_string()))?;
+    let layout =
+        Layout::new(shards, per_shard, get(word::LOG_ENTRIES)).map_err(|e| not(e.to_string()))?;
     let offsets = [get(word::SHARDS_AT), get(word::COUNTS_AT), get(word::BUCKETS_AT)];
     let ours = [layout.shards_at, layout.counts_at, layout.buckets_at].map(|o| o as u64);
     if offsets != ours
@@ -377,9 +406,12 @@ fn check(words: &[AtomicU64], layout: &Layout, want: &Wanted) -> Result<(), Shar
     let get = |i: usize| words[i].load(Ordering::Relaxed);
     let mismatch =
         |field, table: String, ours: String| Err(SharedError::Mismatch { field, table, ours });
-    let slots = |l: &Layout| format!("{} slots", l.shards * l.buckets_per_shard * 8);
-    if (layout.shards, layout.buckets_per_shard)
-        != (want.layout.shards, want.layout.buckets_per_shard)
+    let slots = |l: &Layout| match l.logs {
+        None => format!("{} slots", l.keys()),
+        Some(g) => format!("{} keys of {} log entries", l.keys(), g.entries),
+    };
+    if (layout.shards, layout.buckets_per_shard, layout.logs)
+        != (want.layout.shards, want.layout.buckets_per_shard, want.layout.logs)
     {
         return mismatch("capacity", slots(layout), slots(&want.layout));
     }
@@ -517,21 +549,33 @@ fn build<K: Hash + ?Sized>(
     let buckets = (layout.shards * layout.buckets_per_shard) as usize;
     let shards: Slab<Shard> =
         Slab::in_region(region, layout.shards_at, layout.shards as usize).ok_or_else(bad)?;
-    let bucket_slab: Slab<Bucket> =
-        Slab::in_region(region, layout.buckets_at, buckets).ok_or_else(bad)?;
+    let backend = match layout.logs {
+        None => {
+            let bucket_slab: Slab<Bucket> =
+                Slab::in_region(region, layout.buckets_at, buckets).ok_or_else(bad)?;
+            let per_shard = layout.buckets_per_shard;
+            Backend::Words(Table::in_region(bucket_slab, shards, per_shard, secret, on_full))
+        }
+        Some(geo) => {
+            let words = Slab::in_region(region, layout.buckets_at, geo.bytes() / 8);
+            let logs = LogRegion::new(shards, words.ok_or_else(bad)?, geo, on_full);
+            Backend::SharedLogs(logs.ok_or_else(bad)?)
+        }
+    };
     let block = if lease { lease_block(words) } else { None };
     let counts = Counts::in_region(region, layout.counts_at, BLOCKS, block).ok_or_else(bad)?;
-    let table = Table::in_region(bucket_slab, shards, layout.buckets_per_shard, secret, on_full);
     let mut registry = Registry::new(&policy);
     registry.freeze();
     let clock = SharedClock::new(get(word::CLOCK_START), get(word::CLOCK_SCALE));
+    let mut floor = Floor::default();
+    floor.set_offset(get(word::CLOCK_OFFSET));
     Ok(KeyedLimiter {
         registry,
-        backend: Backend::Words(table),
+        backend,
         hasher,
         seeds,
         clock,
-        floor: CachePadded::new(Floor::default()),
+        floor: CachePadded::new(floor),
         counts,
         region: Some(Arc::clone(region)),
         _key: std::marker::PhantomData,
@@ -560,6 +604,11 @@ fn open<K: Hash + ?Sized>(
             return Err(SharedError::NotATable { reason: "an empty file".into() });
         };
         file.set_len(want.layout.total as u64)?;
+        if let Err(e) = crate::mem::allocate(&file, want.layout.total) {
+            // Out of room: no table is left half made.
+            let _ = file.set_len(0);
+            return Err(e.into());
+        }
         len = want.layout.total;
     }
     if len < HEADER_BYTES {
@@ -592,8 +641,7 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, crate::clock::QuantaClock> {
     /// The bytes a shared table of `capacity` keys under `policy` needs: the size of the region
     /// to give [`Builder::in_region`] (an nginx zone's size, say).
     pub fn region_size(policy: &Policy, capacity: usize) -> Result<usize, SharedError> {
-        shareable(policy)?;
-        Ok(Layout::for_capacity(capacity)?.total)
+        Ok(Layout::for_policy(policy, capacity)?.total)
     }
 
     /// A keyed limiter whose table every process that opens `path` shares (a file in
@@ -635,8 +683,8 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, crate::clock::QuantaClock> {
 impl<K: Hash + ?Sized> Builder<K, crate::clock::QuantaClock> {
     fn wanted(&self) -> Result<Wanted, SharedError> {
         Ok(Wanted {
-            policy: shareable(&self.policy)?.clone(),
-            layout: Layout::for_capacity(self.capacity)?,
+            policy: self.policy.clone(),
+            layout: Layout::for_policy(&self.policy, self.capacity)?,
             on_full: self.on_full.unwrap_or_default(),
             seed: self.seed,
         })
@@ -647,8 +695,9 @@ impl<K: Hash + ?Sized> Builder<K, crate::clock::QuantaClock> {
     /// same states, exactly (`docs/SEMANTICS.md`, *Shared tables*).
     ///
     /// A table made with another policy, capacity or full-table behaviour is refused
-    /// ([`SharedError::Mismatch`], naming the field); so is a sliding log
-    /// ([`SharedError::Unsupported`]). A shared table's policy is fixed when it is made:
+    /// ([`SharedError::Mismatch`], naming the field). Every algorithm can be shared; a sliding
+    /// log's table lays out `capacity` keys of `limit` entries each when it is made (16 bytes
+    /// an entry: see [`KeyedLimiter::region_size`]). A shared table's policy is fixed when it is made:
     /// [`KeyedLimiter::set_policy`], [`set_override`](KeyedLimiter::set_override) and
     /// [`register`](KeyedLimiter::register) return an error on it. It reads the region's clock
     /// (the TSC, scaled as the header says, so every process reads the same time).
@@ -686,14 +735,41 @@ impl<K: Hash + ?Sized> KeyedLimiter<K, SharedClock> {
             bytes: region.len() as u64,
             shards: get(word::SHARDS),
             buckets_per_shard: get(word::BUCKETS_PER_SHARD),
+            log_entries: get(word::LOG_ENTRIES),
             on_full: on_full_of(get(word::ON_FULL)).unwrap_or_default(),
             clock_scale: get(word::CLOCK_SCALE),
             created_by: get(word::CREATED_BY) as u32,
             processes,
             locks_held: match &self.backend {
                 Backend::Words(table) => table.lock_holders(),
+                Backend::SharedLogs(logs) => logs.lock_holders(),
                 Backend::Logs(_) => Vec::new(),
             },
         })
+    }
+}
+
+impl<K: Hash + ?Sized, C: crate::clock::Clock> KeyedLimiter<K, C> {
+    /// Whether no other live process has attached to this shared table (leased a counter
+    /// block): a restore replaces what they share.
+    pub(crate) fn alone_on_region(&self) -> bool {
+        let Some(words) = self.region.as_ref().and_then(|r| r.words()) else { return true };
+        let me = System.me();
+        words[word::OWNERS..word::OWNERS + BLOCKS].iter().all(|w| {
+            let owner = w.load(Ordering::Acquire);
+            owner == 0 || owner == me || System.gone(owner)
+        })
+    }
+
+    /// Write a restore's hash seeds and clock offset into the header, for the processes that
+    /// attach after it.
+    pub(crate) fn publish_restore(&self, seeds: [u64; 4], offset: u64) {
+        let Some(words) = self.region.as_ref().and_then(|r| r.words()) else { return };
+        let (_, probe) = hasher_and_probe(seeds);
+        for (i, s) in seeds.iter().enumerate() {
+            words[word::SEEDS + i].store(*s, Ordering::Relaxed);
+        }
+        words[word::PROBE].store(probe, Ordering::Relaxed);
+        words[word::CLOCK_OFFSET].store(offset, Ordering::Release);
     }
 }
