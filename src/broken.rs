@@ -106,9 +106,9 @@ pub(crate) fn log_under_one_lock(
     if !cfg!(ratewell_broken = "log_split_lock") {
         return crate::limiter::log_under_one_lock(a, log, now, cost);
     }
-    let decision = a.decide(&mut lock(log), now, cost, false);
+    let decision = a.decide(&mut *lock(log), now, cost, false);
     if decision.is_admitted() {
-        a.decide(&mut lock(log), now, cost, true);
+        a.decide(&mut *lock(log), now, cost, true);
     }
     decision
 }
