@@ -559,7 +559,7 @@ fn build<K: Hash + ?Sized>(
         Some(geo) => {
             let words = Slab::in_region(region, layout.buckets_at, geo.bytes() / 8);
             let logs = LogRegion::new(shards, words.ok_or_else(bad)?, geo, on_full);
-            Backend::SharedLogs(logs.ok_or_else(bad)?)
+            Backend::SharedLogs(Box::new(logs.ok_or_else(bad)?))
         }
     };
     let block = if lease { lease_block(words) } else { None };
