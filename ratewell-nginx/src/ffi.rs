@@ -1,0 +1,290 @@
+//! The C ABI the module's C half calls (`include/ratewell_nginx.h`, generated from this file by
+//! cbindgen; `tests/header.rs` checks that it is current). The crate's only `unsafe` code.
+//!
+//! Every function catches a panic, so none crosses into nginx: it answers as for an error
+//! (null, 0 or -1). Strings are pointers and lengths, not NUL-terminated; error messages are
+//! written NUL-terminated into the caller's buffer, cut to fit.
+
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use ratewell::{OnFull, Policy, Region};
+
+use crate::{Ask, Zone, capacity_for, decide};
+
+/// A worker's handle on a zone's table (opaque to C).
+pub struct RatewellZone(Zone);
+
+/// One zone of a request's location, and the request's key in it.
+#[repr(C)]
+pub struct RatewellAsk {
+    /// The zone, from [`ratewell_zone_open`].
+    pub zone: *const RatewellZone,
+    /// The key's bytes (any bytes; `key_len` of them).
+    pub key: *const u8,
+    /// The key's length.
+    pub key_len: usize,
+}
+
+/// What [`ratewell_decide`] decided.
+#[repr(C)]
+pub struct RatewellVerdict {
+    /// 1: every zone admitted the request, and each is charged; 0: none is.
+    pub admitted: u8,
+    /// 1: rejected by a zone that can never admit the cost (no `Retry-After`).
+    pub impossible: u8,
+    /// 1: rejected by a full zone that refuses new keys (`on_full=refuse`).
+    pub table_full: u8,
+    /// The index of the ask that rejected it (when rejected).
+    pub rejected_by: usize,
+    /// When rejected, the wait in nanoseconds before the request could pass that zone;
+    /// [`RATEWELL_NO_RETRY`] when impossible.
+    pub retry_after_ns: u64,
+    /// When admitted, the longest delay a zone asks for, in nanoseconds.
+    pub delay_ns: u64,
+    /// The length of the `RateLimit` field, written into the caller's buffer when it fits
+    /// (when it does not, nothing is written).
+    pub fields_len: usize,
+}
+
+/// [`RatewellVerdict::retry_after_ns`] of a request no wait lets through.
+pub const RATEWELL_NO_RETRY: u64 = u64::MAX;
+
+/// `len` bytes at `ptr` (none when `len` is 0, whatever `ptr` is).
+///
+/// # Safety
+///
+/// `ptr` points to `len` readable bytes that stay unchanged while the slice is used.
+unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 || ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+/// Copy `text` into the `cap` bytes at `out`, NUL-terminated, cut at a character boundary to
+/// fit.
+///
+/// # Safety
+///
+/// `out` is null, or points to `cap` writable bytes.
+unsafe fn write_message(out: *mut u8, cap: usize, text: &str) {
+    if out.is_null() || cap == 0 {
+        return;
+    }
+    let mut n = text.len().min(cap - 1);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    // SAFETY: `n + 1 <= cap` bytes at `out` are writable, and `text` is not among them (it
+    // is Rust's own string).
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), out, n);
+        *out.add(n) = 0;
+    }
+}
+
+/// A policy from its text, or the engine's message.
+fn policy(spec: &[u8]) -> Result<Policy, String> {
+    let text = std::str::from_utf8(spec).map_err(|_| "the policy is not UTF-8".to_string())?;
+    text.parse().map_err(|e: ratewell::PolicyError| e.to_string())
+}
+
+/// Whether `spec` is a policy of the engine's grammar: 0, or -1 with the reason in `err`.
+///
+/// # Safety
+///
+/// `spec` points to `spec_len` readable bytes; `err` is null or points to `err_cap` writable
+/// bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_policy_check(
+    spec: *const u8,
+    spec_len: usize,
+    err: *mut u8,
+    err_cap: usize,
+) -> i32 {
+    // SAFETY: as the caller promises.
+    let spec = unsafe { bytes(spec, spec_len) };
+    let result = catch_unwind(|| policy(spec).map(drop));
+    let message = match result {
+        Ok(Ok(())) => return 0,
+        Ok(Err(message)) => message,
+        Err(_) => "a panic in ratewell".to_string(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { write_message(err, err_cap, &message) };
+    -1
+}
+
+/// The most keys a table under `spec` holds in `bytes` (0: not one), and in `region_len` the
+/// bytes that table needs (at most `bytes`).
+///
+/// # Safety
+///
+/// `spec` points to `spec_len` readable bytes; `region_len` is null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_capacity(
+    spec: *const u8,
+    spec_len: usize,
+    bytes_given: usize,
+    region_len: *mut usize,
+) -> usize {
+    // SAFETY: as the caller promises.
+    let spec = unsafe { bytes(spec, spec_len) };
+    let found = catch_unwind(|| policy(spec).ok().and_then(|p| capacity_for(&p, bytes_given)));
+    let (keys, len) = found.ok().flatten().unwrap_or((0, 0));
+    if !region_len.is_null() {
+        // SAFETY: writable, as the caller promises.
+        unsafe { *region_len = len };
+    }
+    keys
+}
+
+/// This process's handle on the table of `capacity` keys under `spec` in the `len` bytes at
+/// `addr` (initialised by the first process to open it), or null with the reason in `err`.
+/// `refuse`: 1, a full table refuses new keys; 0, it evicts the least granting key. `name`
+/// names the zone in the `RateLimit` fields.
+///
+/// # Safety
+///
+/// `addr` is memory every process that opens the zone maps, aligned to a page, zeroed when
+/// no table has used it, that stays mapped (readable and writable) while any handle on it is
+/// open, and that nothing but handles of this library accesses. `spec` and `name` point to
+/// their lengths' readable bytes; `err` is null or points to `err_cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_open(
+    addr: *mut c_void,
+    len: usize,
+    spec: *const u8,
+    spec_len: usize,
+    capacity: usize,
+    refuse: i32,
+    name: *const u8,
+    name_len: usize,
+    err: *mut u8,
+    err_cap: usize,
+) -> *mut RatewellZone {
+    // SAFETY: as the caller promises.
+    let (spec, name) = unsafe { (bytes(spec, spec_len), bytes(name, name_len)) };
+    let open = || {
+        let policy = policy(spec)?;
+        let name = std::str::from_utf8(name).map_err(|_| "the zone's name is not UTF-8")?;
+        let on_full = if refuse != 0 { OnFull::Refuse } else { OnFull::EvictLeastGranting };
+        // SAFETY: the memory is shared, mapped and left to this library while the handle
+        // lives, as the caller promises.
+        let region = unsafe { Region::from_raw(addr.cast(), len) };
+        let zone = Zone::open(region, &policy, capacity, on_full, name);
+        zone.map_err(|e| e.to_string())
+    };
+    let message = match catch_unwind(AssertUnwindSafe(open)) {
+        Ok(Ok(zone)) => return Box::into_raw(Box::new(RatewellZone(zone))),
+        Ok(Err(message)) => message,
+        Err(_) => "a panic in ratewell".to_string(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { write_message(err, err_cap, &message) };
+    std::ptr::null_mut()
+}
+
+/// Close a handle from [`ratewell_zone_open`] (null: nothing). The table stays in the zone.
+///
+/// # Safety
+///
+/// `zone` is null or a handle from [`ratewell_zone_open`] not closed yet, that no call is
+/// using; it is not used after.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_close(zone: *mut RatewellZone) {
+    if !zone.is_null() {
+        // SAFETY: a box of `ratewell_zone_open`'s, given back once, as the caller promises.
+        let zone = unsafe { Box::from_raw(zone) };
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(zone)));
+    }
+}
+
+/// The zone's `RateLimit-Policy` field, written into `out` when it fits in `cap` bytes; its
+/// length either way (0 for a null handle).
+///
+/// # Safety
+///
+/// `zone` is null or an open handle; `out` is null or points to `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_policy_field(
+    zone: *const RatewellZone,
+    out: *mut u8,
+    cap: usize,
+) -> usize {
+    // SAFETY: an open handle, as the caller promises.
+    let Some(zone) = (unsafe { zone.as_ref() }) else { return 0 };
+    let field = zone.0.policy_field().as_bytes();
+    if !out.is_null() && field.len() <= cap {
+        // SAFETY: `cap` writable bytes at `out`, none of them the field's.
+        unsafe { std::ptr::copy_nonoverlapping(field.as_ptr(), out, field.len()) };
+    }
+    field.len()
+}
+
+thread_local! {
+    /// The `RateLimit` field being written: kept, so that a decision allocates nothing for it.
+    static FIELDS: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Decide a request of `cost` (0 counts as 1) against the `n` asks, in order, all or nothing
+/// (see [`decide`]); the verdict in `out`, the `RateLimit` field in `fields` when it fits in
+/// `fields_cap` bytes. 0, or -1 when an ask names no zone (nothing is charged then).
+///
+/// # Safety
+///
+/// `asks` points to `n` readable asks, each with an open handle and `key_len` readable bytes
+/// at `key`; `fields` is null or points to `fields_cap` writable bytes; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_decide(
+    asks: *const RatewellAsk,
+    n: usize,
+    cost: u32,
+    fields: *mut u8,
+    fields_cap: usize,
+    out: *mut RatewellVerdict,
+) -> i32 {
+    if out.is_null() || (asks.is_null() && n > 0) {
+        return -1;
+    }
+    // SAFETY: `n` readable asks, as the caller promises.
+    let raw = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(asks, n) } };
+    let mut list = Vec::with_capacity(n);
+    for ask in raw {
+        // SAFETY: an open handle and its key's bytes, as the caller promises.
+        let Some(zone) = (unsafe { ask.zone.as_ref() }) else { return -1 };
+        // SAFETY: as above.
+        let key = unsafe { bytes(ask.key, ask.key_len) };
+        list.push(Ask { zone: &zone.0, key });
+    }
+    let verdict = catch_unwind(AssertUnwindSafe(|| {
+        FIELDS.with(|kept| {
+            let mut text = kept.borrow_mut();
+            let verdict = decide(&list, cost.max(1), &mut text);
+            let len = text.len();
+            if !fields.is_null() && len <= fields_cap {
+                // SAFETY: `fields_cap` writable bytes at `fields`, none of them the text's.
+                unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), fields, len) };
+            }
+            (verdict, len)
+        })
+    }));
+    let Ok((verdict, fields_len)) = verdict else { return -1 };
+    let written = RatewellVerdict {
+        admitted: u8::from(verdict.admitted),
+        impossible: u8::from(verdict.impossible),
+        table_full: u8::from(verdict.table_full),
+        rejected_by: verdict.rejected_by.unwrap_or(0),
+        retry_after_ns: verdict.retry_after_ns.unwrap_or(RATEWELL_NO_RETRY),
+        delay_ns: verdict.delay_ns,
+        fields_len,
+    };
+    // SAFETY: writable, as the caller promises.
+    unsafe { out.write(written) };
+    0
+}

@@ -1,0 +1,313 @@
+//! ratewell inside nginx: the engine's shared key table in an nginx shared zone, decided on by
+//! every worker, exactly.
+//!
+//! This crate is the module's Rust half: a static library with a C ABI (`src/ffi.rs`, the
+//! only `unsafe` code; its header is `include/ratewell_nginx.h`), which the module's C half
+//! (`module/ngx_http_ratewell_module.c`, built by nginx's own `configure` against the tree of
+//! the nginx that loads it) calls. The decisions themselves are here, in safe code:
+//!
+//! - [`capacity_for`]: how many keys a zone of some bytes holds under a policy;
+//! - [`Zone::open`]: a worker's handle on the table in a zone (the first one initialises it;
+//!   the others check that it was made with the same policy and capacity);
+//! - [`decide`]: one request against every zone of its location, all or nothing: a request
+//!   that any zone rejects is charged by none.
+//!
+//! # Examples
+//!
+//! ```
+//! use ratewell::{OnFull, Policy, Region};
+//! use ratewell_nginx::{Ask, Zone, capacity_for, decide};
+//!
+//! let policy: Policy = "token-bucket capacity=2 rate=1/h".parse()?;
+//! // An nginx zone is memory every worker maps; here, memory of this process's own.
+//! let (capacity, len) = capacity_for(&policy, 1 << 20).expect("1 MiB holds some keys");
+//! # #[repr(align(4096))] struct Page([u8; 4096]);
+//! let mut memory: Vec<Page> = (0..len.div_ceil(4096)).map(|_| Page([0; 4096])).collect();
+//! // SAFETY: the memory (page-aligned, zeroed) outlives the zone, and nothing else touches it.
+//! let region = unsafe { Region::from_raw(memory.as_mut_ptr().cast(), len) };
+//! let zone = Zone::open(region, &policy, capacity, OnFull::default(), "api")?;
+//!
+//! let asks = [Ask { zone: &zone, key: b"10.0.0.1" }];
+//! let mut fields = String::new();
+//! assert!(decide(&asks, 1, &mut fields).admitted);
+//! assert!(decide(&asks, 1, &mut fields).admitted);
+//! let rejected = decide(&asks, 1, &mut fields);
+//! assert!(!rejected.admitted);
+//! assert_eq!(rejected.retry_after_ns.map(|ns| ns.div_ceil(1_000_000_000)), Some(3600));
+//! assert_eq!(fields, r#""api";r=0;t=3600"#);
+//! drop(zone);
+//! # drop(memory);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+pub mod ffi;
+
+use ratewell::{Charge, KeyedLimiter, OnFull, Policy, Region, SharedClock, SharedError};
+
+/// The most keys [`capacity_for`] gives a zone.
+const MAX_KEYS: u64 = 1 << 32;
+
+/// The largest capacity whose table fits in `bytes` under `policy`, and the bytes that table
+/// needs (at most `bytes`); `None` when not even a table of one key fits.
+///
+/// ```
+/// let policy = "fixed-window limit=10 window=1m".parse()?;
+/// let (keys, len) = ratewell_nginx::capacity_for(&policy, 10 << 20).unwrap();
+/// assert!(keys > 100_000 && len <= 10 << 20);
+/// assert_eq!(ratewell_nginx::capacity_for(&policy, 4096), None);
+/// # Ok::<(), ratewell::PolicyError>(())
+/// ```
+pub fn capacity_for(policy: &Policy, bytes: usize) -> Option<(usize, usize)> {
+    let size = |keys: u64| {
+        let keys = usize::try_from(keys).ok()?;
+        KeyedLimiter::<[u8]>::region_size(policy, keys).ok().filter(|&len| len <= bytes)
+    };
+    size(1)?;
+    // The table's size grows with its capacity: the largest that fits, by bisection.
+    let (mut fits, mut too_many) = (1u64, MAX_KEYS.min(KeyedLimiter::<[u8]>::MAX_CAPACITY) + 1);
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        if size(mid).is_some() { fits = mid } else { too_many = mid }
+    }
+    let keys = usize::try_from(fits).ok()?;
+    Some((keys, size(fits)?))
+}
+
+/// One worker's handle on a zone's table.
+pub struct Zone {
+    limiter: KeyedLimiter<[u8], SharedClock>,
+    name: String,
+    policy_field: String,
+}
+
+impl Zone {
+    /// The table in `region` (a zone's memory, zeroed when new), initialised by the first
+    /// process to open it, with `capacity` keys under `policy`; `name` (the zone's) names it in
+    /// the `RateLimit` fields.
+    ///
+    /// A region that holds a table made with another policy, capacity or full-table behaviour
+    /// is refused ([`SharedError::Mismatch`], naming the field).
+    pub fn open(
+        region: Region,
+        policy: &Policy,
+        capacity: usize,
+        on_full: OnFull,
+        name: &str,
+    ) -> Result<Zone, SharedError> {
+        let limiter =
+            KeyedLimiter::<[u8]>::builder(policy, capacity).on_full(on_full).in_region(region)?;
+        Ok(Zone {
+            limiter,
+            name: name.to_owned(),
+            policy_field: policy.ratelimit_policy_field(name),
+        })
+    }
+
+    /// The `RateLimit-Policy` field of the zone: its name, quota and window.
+    pub fn policy_field(&self) -> &str {
+        &self.policy_field
+    }
+
+    /// The limiter on the zone's table.
+    pub fn limiter(&self) -> &KeyedLimiter<[u8], SharedClock> {
+        &self.limiter
+    }
+}
+
+/// One zone of a request's location, and the request's key in it.
+#[derive(Clone, Copy)]
+pub struct Ask<'a> {
+    /// The zone.
+    pub zone: &'a Zone,
+    /// The key (the bytes of the zone's key expression for this request).
+    pub key: &'a [u8],
+}
+
+/// What [`decide`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether every zone admitted the request (and each is charged).
+    pub admitted: bool,
+    /// The ask that rejected it (the first to), when rejected.
+    pub rejected_by: Option<usize>,
+    /// Whether the rejecting zone can never admit the cost (above its capacity): no
+    /// `Retry-After`.
+    pub impossible: bool,
+    /// Whether the rejecting zone is full and refused the request's new key (a zone with
+    /// `on_full=refuse`, whose every key holds state that reclaiming would lose).
+    pub table_full: bool,
+    /// When rejected, the wait before the same request could pass every zone (the longest of
+    /// the rejecting zone's and of those after it that would reject it too); `None` when one of
+    /// them can never admit it.
+    pub retry_after_ns: Option<u64>,
+    /// When admitted, the longest delay a zone asks for (a delaying leaky bucket), else 0.
+    pub delay_ns: u64,
+}
+
+/// Decide a request of `cost` against every ask, in order, all or nothing: the first zone that
+/// rejects ends it, and the charges the zones before it took are given back (so concurrent
+/// requests never see a zone charged past its limit, and a rejected request costs nothing);
+/// the zones after it are only asked how long the request would wait.
+///
+/// `fields` is cleared and then holds the `RateLimit` field: every zone's, admitted; the
+/// rejecting zone's, rejected.
+pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
+    fields.clear();
+    let mut taken: Vec<(usize, Charge)> = Vec::new();
+    let mut delay_ns = 0;
+    for (i, ask) in asks.iter().enumerate() {
+        let (decision, charge) = ask.zone.limiter.request(ask.key).cost(cost).take();
+        if !decision.is_admitted() {
+            for (j, charge) in taken.into_iter().rev() {
+                asks[j].zone.limiter.refund(charge);
+            }
+            fields.clear();
+            decision.write_ratelimit_field(&ask.zone.name, fields);
+            // The wait is the longest of every zone that would reject it: the zones after
+            // this one are asked too, and charged nothing.
+            let mut verdict = Verdict {
+                admitted: false,
+                rejected_by: Some(i),
+                impossible: decision.is_impossible(),
+                table_full: decision.is_table_full(),
+                retry_after_ns: decision.retry_after_ns(),
+                delay_ns: 0,
+            };
+            for later in &asks[i + 1..] {
+                let peeked = later.zone.limiter.request(later.key).cost(cost).peek();
+                if peeked.is_impossible() {
+                    verdict.impossible = true;
+                }
+                verdict.retry_after_ns = match (verdict.retry_after_ns, peeked.retry_after_ns()) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            if verdict.impossible {
+                verdict.retry_after_ns = None;
+            }
+            return verdict;
+        }
+        if !fields.is_empty() {
+            fields.push_str(", ");
+        }
+        decision.write_ratelimit_field(&ask.zone.name, fields);
+        delay_ns = delay_ns.max(decision.delay_ns());
+        if let Some(charge) = charge {
+            taken.push((i, charge));
+        }
+    }
+    Verdict {
+        admitted: true,
+        rejected_by: None,
+        impossible: false,
+        table_full: false,
+        retry_after_ns: None,
+        delay_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Page-aligned memory, as an nginx zone's.
+    #[repr(align(4096))]
+    struct Page(#[allow(dead_code)] [u8; 4096]);
+
+    struct Memory(Vec<Page>);
+
+    impl Memory {
+        fn zone(&mut self, spec: &str, name: &str) -> Result<Zone, SharedError> {
+            let policy: Policy = spec.parse().unwrap();
+            let (capacity, len) = capacity_for(&policy, self.0.len() * 4096).unwrap();
+            #[allow(unsafe_code)]
+            // SAFETY: every test drops its zones before the memory.
+            let region = unsafe { Region::from_raw(self.0.as_mut_ptr().cast(), len) };
+            Zone::open(region, &policy, capacity, OnFull::default(), name)
+        }
+    }
+
+    const NS: u64 = 1_000_000_000;
+
+    fn memory() -> Memory {
+        Memory((0..256).map(|_| Page([0; 4096])).collect())
+    }
+
+    #[test]
+    fn capacity_is_the_largest_that_fits() {
+        for spec in ["token-bucket capacity=5 rate=1/s", "sliding-log limit=40 window=1m"] {
+            let policy: Policy = spec.parse().unwrap();
+            for bytes in [200_000, 1 << 20, 10 << 20] {
+                let (keys, len) = capacity_for(&policy, bytes).unwrap();
+                assert!(len <= bytes);
+                assert_eq!(KeyedLimiter::<[u8]>::region_size(&policy, keys).unwrap(), len);
+                let more = KeyedLimiter::<[u8]>::region_size(&policy, keys + 1).unwrap();
+                assert!(more > bytes, "{spec}: {} keys fit in {bytes} too", keys + 1);
+            }
+        }
+        let policy: Policy = "gcra rate=1/s burst=1".parse().unwrap();
+        assert_eq!(capacity_for(&policy, 0), None);
+        assert_eq!(capacity_for(&policy, usize::MAX).map(|(k, _)| k as u64), Some(MAX_KEYS));
+    }
+
+    #[test]
+    fn every_zone_or_none_is_charged() {
+        let (mut a, mut b, mut c) = (memory(), memory(), memory());
+        let m_zone_slow =
+            |m: &mut Memory| m.zone("token-bucket capacity=1 rate=1/d", "slow").unwrap();
+        let wide = a.zone("token-bucket capacity=3 rate=1/h", "wide").unwrap();
+        let narrow = b.zone("token-bucket capacity=1 rate=1/h", "narrow").unwrap();
+        let mut fields = String::new();
+        let both = |k1: &'static [u8], k2: &'static [u8]| {
+            [Ask { zone: &wide, key: k1 }, Ask { zone: &narrow, key: k2 }]
+        };
+        let v = decide(&both(b"x", b"y"), 1, &mut fields);
+        assert!(v.admitted);
+        assert_eq!(fields, r#""wide";r=2;t=3600, "narrow";r=0;t=3600"#);
+        // Rejected by the second zone: the first one's charge is given back.
+        for _ in 0..5 {
+            let v = decide(&both(b"x", b"y"), 1, &mut fields);
+            assert_eq!((v.admitted, v.rejected_by), (false, Some(1)));
+            assert_eq!(fields, r#""narrow";r=0;t=3600"#);
+        }
+        // So "x" has its two tokens left for other keys of the narrow zone.
+        assert!(decide(&both(b"x", b"z1"), 1, &mut fields).admitted);
+        assert!(decide(&both(b"x", b"z2"), 1, &mut fields).admitted);
+        let v = decide(&both(b"x", b"z3"), 1, &mut fields);
+        assert_eq!((v.admitted, v.rejected_by), (false, Some(0)));
+        assert!(decide(&[Ask { zone: &narrow, key: b"z3" }], 1, &mut fields).admitted);
+        // Rejected by the first zone, and by the second too, which waits longer: the longer
+        // wait is the request's (the second zone is only peeked at).
+        let slow = m_zone_slow(&mut c);
+        let asks = [Ask { zone: &narrow, key: b"y" }, Ask { zone: &slow, key: b"s" }];
+        assert!(decide(&[asks[1]], 1, &mut fields).admitted);
+        let v = decide(&asks, 1, &mut fields);
+        let seconds = v.retry_after_ns.map(|ns| ns.div_ceil(NS));
+        assert_eq!(
+            (v.rejected_by, seconds),
+            (Some(0), Some(86_400)),
+            "a day's wait, not an hour's"
+        );
+        assert_eq!(fields, r#""narrow";r=0;t=3600"#);
+        let big = decide(&both(b"fresh", b"fresh"), 2, &mut fields);
+        assert_eq!((big.rejected_by, big.impossible, big.retry_after_ns), (Some(1), true, None));
+    }
+
+    #[test]
+    fn a_zone_made_otherwise_is_refused() {
+        let mut m = memory();
+        let zone = m.zone("token-bucket capacity=3 rate=1/h", "z").unwrap();
+        let policy: Policy = "token-bucket capacity=3 rate=1/h".parse().unwrap();
+        assert_eq!(zone.policy_field(), policy.ratelimit_policy_field("z"));
+        let other = m.zone("token-bucket capacity=4 rate=1/h", "z").err().unwrap();
+        assert!(matches!(other, SharedError::Mismatch { field: "policy", .. }), "{other}");
+        let again = m.zone("token-bucket capacity=3 rate=1/h", "z").unwrap();
+        let ask = |zone| [Ask { zone, key: b"k".as_slice() }];
+        let mut fields = String::new();
+        assert!(decide(&ask(&zone), 3, &mut fields).admitted);
+        assert!(!decide(&ask(&again), 1, &mut fields).admitted, "one table, seen twice");
+    }
+}
