@@ -238,9 +238,10 @@ impl Region {
     /// # Safety
     ///
     /// For as long as any limiter built on the region lives (it keeps the region), the memory
-    /// must stay mapped, readable and writable, aligned to 8 bytes, and no code may access it
-    /// other than through a limiter of this crate (in this process or another): in particular
-    /// no Rust reference to it may be used meanwhile.
+    /// must stay mapped, readable and writable, aligned to 128 bytes (the table's counters are
+    /// cache-line pairs; any page-aligned mapping is; memory aligned otherwise is refused), and
+    /// no code may access it other than through a limiter of this crate (in this process or
+    /// another): in particular no Rust reference to it may be used meanwhile.
     ///
     /// # Examples
     ///
