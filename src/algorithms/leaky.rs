@@ -89,6 +89,17 @@ impl Leaky {
         })
     }
 
+    /// This bucket decided at a burst of at most its own and with `delay` (`None`: `nodelay`)
+    /// for one call: the word keeps its meaning (`TAT` in units of `1/N'` ns, whatever the
+    /// burst), so a state stored under either is read the same under the other; one stored at
+    /// a higher burst reads as a fuller bucket.
+    #[inline]
+    pub(crate) fn with_burst(&self, burst: u32, delay: Option<u32>) -> Leaky {
+        let burst = self.burst.min(u64::from(burst));
+        // At most the policy's own `cap`, which fits.
+        Leaky { burst, delay: delay.map(u64::from), cap: burst * self.d, ..self.clone() }
+    }
+
     /// `(now * N' mod 2^63, max(0, TAT + T - now))`: the backlog a new request would join.
     #[inline]
     fn backlog(&self, word: u64, now: u64) -> (u64, u64) {

@@ -197,6 +197,16 @@ pub(crate) fn sat64(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
 }
 
+/// How one call narrows the policy it is decided under (`Request::within`,
+/// `Request::burst`), on the same state words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Narrow {
+    /// A fixed window's limit.
+    Limit(u32),
+    /// A leaky bucket's burst, and its delay (`None`: `nodelay`).
+    Burst { burst: u32, delay: Option<u32> },
+}
+
 /// An algorithm with its configuration compiled into the constants of its packed word.
 ///
 /// `repr(u8)`: a plain tag byte, so that a dispatch is a jump through a table on it (without
@@ -268,13 +278,21 @@ impl Algorithm {
         dispatch!(self, a => a.read_fields(fields, now))
     }
 
-    /// This algorithm decided at a limit of at most `limit` for one call, on the same state
-    /// words: a fixed window's ([`fixed::Fixed::within`]); `None` for the other algorithms,
-    /// whose words' meaning depends on their limit.
+    /// This algorithm narrowed for one call, on the same state words: a fixed window at a limit
+    /// of at most `limit` ([`fixed::Fixed::within`]), a leaky bucket at a burst of at most its
+    /// own and another delay ([`leaky::Leaky::with_burst`], [`nginx::Nginx::with_burst`]);
+    /// `None` where the narrowing does not apply (the other algorithms, whose words' meaning
+    /// depends on their limit).
     #[inline]
-    pub(crate) fn within(&self, limit: u32) -> Option<Algorithm> {
-        match self {
-            Algorithm::Fixed(f) => Some(Algorithm::Fixed(f.within(limit))),
+    pub(crate) fn narrowed(&self, narrow: Narrow) -> Option<Algorithm> {
+        match (self, narrow) {
+            (Algorithm::Fixed(f), Narrow::Limit(limit)) => Some(Algorithm::Fixed(f.within(limit))),
+            (Algorithm::Leaky(l), Narrow::Burst { burst, delay }) => {
+                Some(Algorithm::Leaky(l.with_burst(burst, delay)))
+            }
+            (Algorithm::Nginx(n), Narrow::Burst { burst, delay }) => {
+                Some(Algorithm::Nginx(n.with_burst(burst, delay)))
+            }
             _ => None,
         }
     }

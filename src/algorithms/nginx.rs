@@ -114,6 +114,19 @@ impl Nginx {
         Ok(Nginx { rate: rate as u64, burst: u64::from(burst), delay: delay.map(u64::from) })
     }
 
+    /// This bucket decided at a burst of at most its own and with `delay` (`None`: `nodelay`)
+    /// for one call, as nginx decides one zone under each location's `limit_req burst= delay=`:
+    /// `EXCESS` keeps its meaning whatever the burst, so a state stored under either is read the
+    /// same under the other; an excess above the call's bound reads as a full bucket.
+    #[inline]
+    pub(crate) fn with_burst(&self, burst: u32, delay: Option<u32>) -> Nginx {
+        Nginx {
+            burst: self.burst.min(u64::from(burst)),
+            delay: delay.map(u64::from),
+            ..self.clone()
+        }
+    }
+
     /// The rate as nginx computes it: milli-requests per second (`1r/m` is 16, not 16.67).
     pub(crate) fn milli_per_second(&self) -> u64 {
         self.rate

@@ -105,32 +105,53 @@ impl Policies for Pinned<'_> {
     }
 }
 
-/// [`Pinned`], with the pinned slot's fixed window decided at a lower limit for one call
-/// (`Request::within`): `algorithm` is the slot's own with the call's limit, on the
-/// same state words, so a key converted to the slot, stored or refunded under it reads the same
-/// under either.
-pub(crate) struct Within<'a> {
-    pub(crate) pinned: Pinned<'a>,
+/// The policies of a decision (`inner`: the registry, or [`Pinned`]) with slot `idx` narrowed
+/// for one call (`Request::within`, `Request::burst`): `algorithm` is the slot's own at the
+/// call's limit or burst, on the same state words, so a key converted to the slot, stored or
+/// refunded under it reads the same under either.
+pub(crate) struct Within<P> {
+    pub(crate) inner: P,
+    pub(crate) idx: u8,
     pub(crate) algorithm: Algorithm,
 }
 
-impl Policies for Within<'_> {
+impl<P: Policies> Policies for Within<P> {
     #[inline(always)]
     fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
-        if idx == self.pinned.idx { Some(&self.algorithm) } else { self.pinned.algorithm(idx) }
+        if idx == self.idx { Some(&self.algorithm) } else { self.inner.algorithm(idx) }
     }
     fn previous(&self, idx: u8) -> Option<&Algorithm> {
-        self.pinned.previous(idx)
+        self.inner.previous(idx)
     }
     fn resolve(&self, fp: u64) -> (u8, u32) {
-        self.pinned.resolve(fp)
+        self.inner.resolve(fp)
     }
     fn still(&self, idx: u8, word: u32) -> bool {
-        self.pinned.still(idx, word)
+        self.inner.still(idx, word)
     }
     #[inline(always)]
     fn wants(&self, idx: u8) -> bool {
-        self.pinned.wants(idx)
+        self.inner.wants(idx)
+    }
+}
+
+impl<P: Policies + ?Sized> Policies for &P {
+    #[inline(always)]
+    fn algorithm(&self, idx: u8) -> Option<&Algorithm> {
+        (**self).algorithm(idx)
+    }
+    fn previous(&self, idx: u8) -> Option<&Algorithm> {
+        (**self).previous(idx)
+    }
+    fn resolve(&self, fp: u64) -> (u8, u32) {
+        (**self).resolve(fp)
+    }
+    fn still(&self, idx: u8, word: u32) -> bool {
+        (**self).still(idx, word)
+    }
+    #[inline(always)]
+    fn wants(&self, idx: u8) -> bool {
+        (**self).wants(idx)
     }
 }
 
@@ -328,6 +349,12 @@ impl Registry {
     pub(crate) fn policy(&self, idx: u8) -> &Policy {
         let word = self.slots[usize::from(idx)].load(Ordering::Acquire);
         self.arena.get(word & !RETIRED).expect("an assigned slot")
+    }
+
+    /// The slot of keys without an override.
+    #[inline]
+    pub(crate) fn default_idx(&self) -> u8 {
+        self.default.load(Ordering::Acquire)
     }
 
     pub(crate) fn default_policy(&self) -> &Policy {

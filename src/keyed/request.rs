@@ -11,30 +11,44 @@ use super::Metrics;
 use super::registry::{Pinned, Policies, Within};
 use super::store::{Backend, Receipt, Store};
 use super::{Charge, KeyedLimiter, PolicyId};
+use crate::algorithms::Narrow;
 use crate::cas::{Report, Taken};
 use crate::clock::Clock;
 use crate::decision::Decision;
 
-/// `$body` with `$policies` bound to the policies `$request` is decided under (the key's own, a
-/// registered one, or a registered fixed window at the request's limit) and `$store` to its
-/// limiter's store.
+/// `$body` with `$policies` bound to the policies `$request` is decided under (the key's own or a
+/// registered one, narrowed by the request's limit or burst) and `$store` to its limiter's
+/// store.
 macro_rules! under {
     ($request:expr, $policies:ident, $store:ident => $body:expr) => {{
         let request = $request;
         let limiter = request.limiter;
         match request.policy {
             None => {
-                let $policies = &limiter.registry;
-                with_store!(limiter, $store => $body)
+                let narrowed = request.narrow.and_then(|narrow| {
+                    let idx = limiter.registry.default_idx();
+                    let algorithm = limiter.registry.algorithm(idx)?.narrowed(narrow)?;
+                    Some(Within { inner: &limiter.registry, idx, algorithm })
+                });
+                match narrowed {
+                    Some(within) => {
+                        let $policies = &within;
+                        with_store!(limiter, $store => $body)
+                    }
+                    None => {
+                        let $policies = &limiter.registry;
+                        with_store!(limiter, $store => $body)
+                    }
+                }
             }
             Some(id) => {
                 limiter.check_owner(id.owner);
                 let pinned = || Pinned { registry: &limiter.registry, idx: id.idx, word: id.word };
-                let within = request.limit.and_then(|limit| {
-                    let algorithm = limiter.registry.algorithm(id.idx)?.within(limit)?;
-                    Some(Within { pinned: pinned(), algorithm })
+                let narrowed = request.narrow.and_then(|narrow| {
+                    let algorithm = limiter.registry.algorithm(id.idx)?.narrowed(narrow)?;
+                    Some(Within { inner: pinned(), idx: id.idx, algorithm })
                 });
-                match within {
+                match narrowed {
                     Some(within) => {
                         let $policies = &within;
                         with_store!(limiter, $store => $body)
@@ -58,6 +72,7 @@ macro_rules! under {
 /// | [`cost`](Self::cost) | the units the request takes (0 is taken as 1) |
 /// | [`policy`](Self::policy) | decided under a registered policy instead of the key's own |
 /// | [`within`](Self::within) | under a registered fixed window, at a limit chosen for this call |
+/// | [`burst`](Self::burst) | a leaky bucket at a burst and delay chosen for this call |
 /// | [`prefetch`](Self::prefetch) | start fetching the key's bucket now, to decide a little later |
 ///
 /// | verb | takes the request if admitted | returns |
@@ -89,7 +104,7 @@ pub struct Request<'a, K: ?Sized, C: Clock> {
     hash: u64,
     cost: u32,
     policy: Option<&'a PolicyId>,
-    limit: Option<u32>,
+    narrow: Option<Narrow>,
 }
 
 impl<K: ?Sized, C: Clock> Clone for Request<'_, K, C> {
@@ -106,7 +121,7 @@ impl<K: ?Sized, C: Clock> fmt::Debug for Request<'_, K, C> {
             .field("hash", &format_args!("{:#018x}", self.hash))
             .field("cost", &self.cost)
             .field("policy", &self.policy)
-            .field("limit", &self.limit)
+            .field("narrow", &self.narrow)
             .finish()
     }
 }
@@ -114,7 +129,7 @@ impl<K: ?Sized, C: Clock> fmt::Debug for Request<'_, K, C> {
 impl<'a, K: Hash + ?Sized, C: Clock> Request<'a, K, C> {
     #[inline]
     pub(super) fn new(limiter: &'a KeyedLimiter<K, C>, hash: u64) -> Self {
-        Request { limiter, hash, cost: 1, policy: None, limit: None }
+        Request { limiter, hash, cost: 1, policy: None, narrow: None }
     }
 
     /// Take `cost` units instead of 1 (0 is taken as 1).
@@ -132,7 +147,9 @@ impl<'a, K: Hash + ?Sized, C: Clock> Request<'a, K, C> {
     #[inline]
     pub fn policy(mut self, id: &'a PolicyId) -> Self {
         self.policy = Some(id);
-        self.limit = None;
+        if let Some(Narrow::Limit(_)) = self.narrow {
+            self.narrow = None;
+        }
         self
     }
 
@@ -176,7 +193,42 @@ impl<'a, K: Hash + ?Sized, C: Clock> Request<'a, K, C> {
     #[inline]
     pub fn within(mut self, id: &'a PolicyId, limit: u32) -> Self {
         self.policy = Some(id);
-        self.limit = Some(limit);
+        self.narrow = Some(Narrow::Limit(limit));
+        self
+    }
+
+    /// Decide a leaky bucket at a burst of at most its own, with `delay` requests of the excess
+    /// free of delay (`None`: `nodelay`), for this call: as nginx decides one `limit_req_zone`
+    /// under each location's `limit_req zone=Z burst=N [nodelay | delay=D]`, on one state per
+    /// key whatever the burst.
+    ///
+    /// The bucket is the key's own policy, or the registered one [`policy`](Self::policy)
+    /// names; under any other algorithm (a key under an override of another kind) the burst is
+    /// not applied. The key's state is the policy's, whatever the burst: an excess stored at a
+    /// higher burst reads as a fuller bucket, and [`KeyedLimiter::refund`] and snapshots work as
+    /// for the policy itself. Make the policy's own burst the widest the calls name (a burst
+    /// above it is the policy's); calls on one key may name different ones. The [`Decision`]
+    /// reports `burst + 1` as its limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewell::{KeyedLimiter, ManualClock, Policy};
+    ///
+    /// // One zone at 1 request a second; a burst of 5 at one location, none at another.
+    /// let zone: Policy = "leaky-bucket rate=1r/s burst=100 nodelay compat=nginx".parse()?;
+    /// let limiter = KeyedLimiter::<str, _>::with_clock(&zone, 1_000, ManualClock::new(0));
+    /// let admitted = (0..10).filter(|_| limiter.request("ip").burst(5, None).allow()).count();
+    /// assert_eq!(admitted, 6);
+    /// // The same key's state, at burst 0: full.
+    /// assert!(!limiter.request("ip").burst(0, Some(0)).allow());
+    /// let d = limiter.request("other").burst(5, Some(2)).cost(4).check();
+    /// assert_eq!((d.limit(), d.remaining(), d.delay_ns()), (6, 2, 1_000_000_000));
+    /// # Ok::<(), ratewell::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn burst(mut self, burst: u32, delay: Option<u32>) -> Self {
+        self.narrow = Some(Narrow::Burst { burst, delay });
         self
     }
 
