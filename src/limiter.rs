@@ -56,7 +56,9 @@ impl Cell {
         take_log(a, self.log(), now, cost)
     }
 
-    #[inline]
+    // Always: LLVM's inliner weighs every algorithm's arm and has left it out of line (about 20
+    // instructions a decision of call and spill) after changes elsewhere in the crate.
+    #[inline(always)]
     fn allow(&self, algorithm: &Algorithm, now: u64, cost: u32) -> bool {
         dispatch!(algorithm,
             a => cas::apply_one::<bool, _>(a, &self.word, now, cost),
