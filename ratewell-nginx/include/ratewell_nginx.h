@@ -17,6 +17,32 @@
 typedef struct ratewell_zone ratewell_zone;
 
 /**
+ * A zone's occupancy and the engine's counters, for `ratewell_metrics`.
+ */
+typedef struct {
+  /**
+   * Keys holding state now.
+   */
+  uint64_t keys;
+  /**
+   * Keys the zone can hold.
+   */
+  uint64_t capacity;
+  /**
+   * Keys dropped because their state was a fresh key's (nothing lost).
+   */
+  uint64_t reclaims;
+  /**
+   * Limited keys evicted to make room (`on_full=evict`).
+   */
+  uint64_t evictions;
+  /**
+   * New keys refused because the zone was full (`on_full=refuse`).
+   */
+  uint64_t refused;
+} ratewell_stats;
+
+/**
  * One zone of a request's location, and the request's key in it.
  */
 typedef struct {
@@ -32,6 +58,14 @@ typedef struct {
    * The key's length.
    */
   size_t key_len;
+  /**
+   * The location's burst on a leaky-bucket zone; negative: the zone's own burst and delay.
+   */
+  int64_t burst;
+  /**
+   * The location's delay (requests of the excess not delayed); negative: `nodelay`.
+   */
+  int64_t delay;
 } ratewell_ask;
 
 /**
@@ -64,6 +98,15 @@ typedef struct {
    */
   uint64_t delay_ns;
   /**
+   * The index of the ask whose zone asks for that delay (when `delay_ns` is not 0).
+   */
+  size_t delayed_by;
+  /**
+   * When admitted, the least any zone has left; when rejected, what the rejecting zone has
+   * left.
+   */
+  uint64_t remaining;
+  /**
    * The length of the `RateLimit` field, written into the caller's buffer when it fits
    * (when it does not, nothing is written).
    */
@@ -79,6 +122,32 @@ typedef struct {
  * bytes.
  */
 int32_t ratewell_policy_check(const uint8_t *spec, size_t spec_len, uint8_t *err, size_t err_cap);
+
+/**
+ * The policy of a zone declared in `limit_req`'s grammar (`rate` is `10r/s` or `30r/m`; see
+ * [`rate_zone_policy`]): its text written into `out` when it fits in `cap` bytes, and its length;
+ * or -1 with the reason in `err`.
+ *
+ * # Safety
+ *
+ * `rate` points to `rate_len` readable bytes; `out` and `err` are null or point to `cap` and
+ * `err_cap` writable bytes.
+ */
+ptrdiff_t ratewell_rate_policy(const uint8_t *rate,
+                               size_t rate_len,
+                               uint8_t *out,
+                               size_t cap,
+                               uint8_t *err,
+                               size_t err_cap);
+
+/**
+ * The burst of the leaky-bucket policy `spec`; -1 for another algorithm or an invalid policy.
+ *
+ * # Safety
+ *
+ * `spec` points to `spec_len` readable bytes.
+ */
+int64_t ratewell_policy_burst(const uint8_t *spec, size_t spec_len);
 
 /**
  * The most keys a table under `spec` holds in `bytes` (0: not one), and in `region_len` the
@@ -128,14 +197,59 @@ ratewell_zone *ratewell_zone_open(void *addr,
 void ratewell_zone_close(ratewell_zone *zone);
 
 /**
- * The zone's `RateLimit-Policy` field, written into `out` when it fits in `cap` bytes; its
+ * The zone's `RateLimit-Policy` field as a location's `burst` and `delay` narrow it (negative:
+ * the zone's own; see [`RatewellAsk`]), written into `out` when it fits in `cap` bytes; its
  * length either way (0 for a null handle).
  *
  * # Safety
  *
  * `zone` is null or an open handle; `out` is null or points to `cap` writable bytes.
  */
-size_t ratewell_zone_policy_field(const ratewell_zone *zone, uint8_t *out, size_t cap);
+size_t ratewell_zone_policy_field(const ratewell_zone *zone,
+                                  int64_t burst,
+                                  int64_t delay,
+                                  uint8_t *out,
+                                  size_t cap);
+
+/**
+ * The zone's [`RatewellStats`] into `out`: 0, or -1 for a null handle.
+ *
+ * # Safety
+ *
+ * `zone` is null or an open handle; `out` is writable.
+ */
+int32_t ratewell_zone_stats(const ratewell_zone *zone, ratewell_stats *out);
+
+/**
+ * Save every key's state of the zone to the file `path` (written beside it, then renamed):
+ * the keys saved, or -1 with the reason in `err`.
+ *
+ * # Safety
+ *
+ * `zone` is an open handle; `path` points to `path_len` readable bytes; `err` is null or
+ * points to `err_cap` writable bytes.
+ */
+int64_t ratewell_zone_save(const ratewell_zone *zone,
+                           const uint8_t *path,
+                           size_t path_len,
+                           uint8_t *err,
+                           size_t err_cap);
+
+/**
+ * Restore the zone from the file `path` (see [`Zone::restore`]) while no other process has it
+ * open: the keys restored; -2 when there is no such file (nothing changes); or -1 with the
+ * reason in `err` (the zone is as it was).
+ *
+ * # Safety
+ *
+ * `zone` is an open handle no call is using; `path` points to `path_len` readable bytes; `err`
+ * is null or points to `err_cap` writable bytes.
+ */
+int64_t ratewell_zone_restore(ratewell_zone *zone,
+                              const uint8_t *path,
+                              size_t path_len,
+                              uint8_t *err,
+                              size_t err_cap);
 
 /**
  * Decide a request of `cost` (0 counts as 1) against the `n` asks, in order, all or nothing

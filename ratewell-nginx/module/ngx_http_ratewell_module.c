@@ -4,7 +4,12 @@
  *
  * The decisions are the Rust half's (libratewell_nginx.a, include/ratewell_nginx.h): this file
  * parses the directives, lays the table out in the zone, opens it in each worker, computes each
- * request's keys and answers with the status and fields the decision gives.
+ * request's keys, delays or answers the request as the decision says, sets the variables, counts
+ * outcomes in the zone, serves the counters, and saves and restores a zone's state.
+ *
+ * The directives are limit_req's five, renamed (limit_req_zone -> ratewell_zone, limit_req ->
+ * ratewell, limit_req_status, limit_req_log_level and limit_req_dry_run -> ratewell_*), and a
+ * zone may name any policy of the engine's grammar instead of limit_req's rate.
  */
 
 #include <ngx_config.h>
@@ -14,14 +19,30 @@
 #include "ratewell_nginx.h"
 
 
-#define NGX_HTTP_RATEWELL_ERR_LEN  512
+#define NGX_HTTP_RATEWELL_ERR_LEN       512
+
+/* A location's delay before every zone is known: the zone's own burst and delay. */
+#define NGX_HTTP_RATEWELL_ZONES_OWN     -2
+
+/* limit_req's values of r->main->limit_req_status (what $limit_req_status reads). */
+#define NGX_HTTP_RATEWELL_PASSED            1
+#define NGX_HTTP_RATEWELL_DELAYED           2
+#define NGX_HTTP_RATEWELL_REJECTED          3
+#define NGX_HTTP_RATEWELL_DELAYED_DRY_RUN   4
+#define NGX_HTTP_RATEWELL_REJECTED_DRY_RUN  5
 
 
-/* What the zone keeps across reloads: where the table is in it. */
+/* What the zone keeps across reloads: where the table is in it, and the counters of every
+ * worker's requests. */
 typedef struct {
     void                        *region;
     size_t                       len;
     size_t                       capacity;
+    ngx_atomic_t                 admitted;
+    ngx_atomic_t                 rejected;
+    ngx_atomic_t                 delayed;
+    ngx_atomic_t                 dry_run_rejected;
+    ngx_atomic_t                 dry_run_delayed;
 } ngx_http_ratewell_shctx_t;
 
 
@@ -30,45 +51,70 @@ typedef struct {
     ngx_http_complex_value_t     key;
     ngx_str_t                    name;
     ngx_str_t                    policy;
+    /* The policy's burst when it is a leaky bucket, else -1. */
+    int64_t                      burst;
+    /* Declared with limit_req's rate=: a location without burst= decides at burst 0. */
+    ngx_uint_t                   rate;
     ngx_uint_t                   refuse;
+    ngx_str_t                    state;
+    ngx_cycle_t                 *cycle;
     ngx_shm_zone_t              *shm_zone;
     ngx_http_ratewell_shctx_t   *sh;
-    /* This worker's handle on the table, and the zone's RateLimit-Policy field. */
+    /* This worker's handle on the table. */
     ratewell_zone               *zone;
-    ngx_str_t                    policy_field;
 } ngx_http_ratewell_ctx_t;
 
 
+/* One `ratewell zone=NAME [burst=N] [nodelay | delay=N]`. */
 typedef struct {
     ngx_shm_zone_t              *shm_zone;
+    /* The location's burst (-1: the zone's own burst and delay) and delay (-1: nodelay). */
+    int64_t                      burst;
+    int64_t                      delay;
+    /* This worker's RateLimit-Policy item for the zone at this burst. */
+    ngx_str_t                    policy_field;
+    /* Where the directive is, for the messages of the checks made once every zone is known. */
+    ngx_str_t                    file;
+    ngx_uint_t                   line;
 } ngx_http_ratewell_limit_t;
 
 
 typedef struct {
     ngx_array_t                  zones;     /* of ngx_http_ratewell_ctx_t * */
+    ngx_array_t                  limits;    /* of ngx_http_ratewell_limit_t * */
 } ngx_http_ratewell_main_conf_t;
 
 
 typedef struct {
-    ngx_array_t                 *limits;    /* of ngx_http_ratewell_limit_t */
+    ngx_array_t                 *limits;    /* of ngx_http_ratewell_limit_t * */
     ngx_uint_t                   status;
     ngx_uint_t                   log_level;
+    ngx_uint_t                   delay_log_level;
+    ngx_flag_t                   dry_run;
     ngx_flag_t                   headers;
 } ngx_http_ratewell_loc_conf_t;
 
 
 /* Kept on the main request once it is decided (its context, and a pool cleanup, which an
  * internal redirect keeps where it clears the context): a request is decided once, whatever
- * redirects and subrequests it makes. */
+ * redirects and subrequests it makes; the variables read it. */
 typedef struct {
-    ngx_uint_t                   admitted;
+    ngx_uint_t                   status;        /* 0, or NGX_HTTP_RATEWELL_* */
+    uint64_t                     remaining;
+    /* Whole seconds to wait, when rejected and a wait lets it through; else -1. */
+    int64_t                      retry_after;
 } ngx_http_ratewell_req_t;
 
 
 static ngx_int_t ngx_http_ratewell_handler(ngx_http_request_t *r);
+static void ngx_http_ratewell_delay(ngx_http_request_t *r);
 static void ngx_http_ratewell_cleanup(void *data);
+static ngx_int_t ngx_http_ratewell_metrics_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_int_t ngx_http_ratewell_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratewell_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static void *ngx_http_ratewell_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratewell_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_ratewell_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -77,9 +123,12 @@ static char *ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_ratewell_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_ratewell_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratewell_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratewell_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_ratewell_exit_master(ngx_cycle_t *cycle);
 
 
 static ngx_conf_enum_t  ngx_http_ratewell_log_levels[] = {
@@ -126,6 +175,13 @@ static ngx_command_t  ngx_http_ratewell_commands[] = {
       offsetof(ngx_http_ratewell_loc_conf_t, log_level),
       &ngx_http_ratewell_log_levels },
 
+    { ngx_string("ratewell_dry_run"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratewell_loc_conf_t, dry_run),
+      NULL },
+
     { ngx_string("ratewell_headers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -133,12 +189,19 @@ static ngx_command_t  ngx_http_ratewell_commands[] = {
       offsetof(ngx_http_ratewell_loc_conf_t, headers),
       NULL },
 
+    { ngx_string("ratewell_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_ratewell_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_ratewell_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_ratewell_add_variables,       /* preconfiguration */
     ngx_http_ratewell_init,                /* postconfiguration */
 
     ngx_http_ratewell_create_main_conf,    /* create main configuration */
@@ -163,7 +226,7 @@ ngx_module_t  ngx_http_ratewell_module = {
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
     ngx_http_ratewell_exit_process,        /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_ratewell_exit_master,         /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -171,6 +234,31 @@ ngx_module_t  ngx_http_ratewell_module = {
 static ngx_str_t  ngx_http_ratewell_retry_after = ngx_string("Retry-After");
 static ngx_str_t  ngx_http_ratewell_policy_name = ngx_string("RateLimit-Policy");
 static ngx_str_t  ngx_http_ratewell_field_name = ngx_string("RateLimit");
+
+
+/* $ratewell_status's values, limit_req's five (index: NGX_HTTP_RATEWELL_* - 1). */
+static ngx_str_t  ngx_http_ratewell_statuses[] = {
+    ngx_string("PASSED"),
+    ngx_string("DELAYED"),
+    ngx_string("REJECTED"),
+    ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("REJECTED_DRY_RUN")
+};
+
+
+static ngx_http_variable_t  ngx_http_ratewell_vars[] = {
+
+    { ngx_string("ratewell_status"), NULL,
+      ngx_http_ratewell_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratewell_remaining"), NULL,
+      ngx_http_ratewell_variable, 1, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratewell_retry_after"), NULL,
+      ngx_http_ratewell_variable, 2, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
 
 
 static ngx_int_t
@@ -227,18 +315,29 @@ ngx_http_ratewell_decided(ngx_http_request_t *r)
 }
 
 
+static void
+ngx_http_ratewell_set_status(ngx_http_request_t *r,
+    ngx_http_ratewell_req_t *req, ngx_uint_t status)
+{
+    req->status = status;
+    /* The field $limit_req_status reads, so that log formats written for limit_req work. */
+    r->main->limit_req_status = status;
+}
+
+
 static ngx_int_t
 ngx_http_ratewell_handler(ngx_http_request_t *r)
 {
     u_char                        *fields, *policy, *p;
     size_t                         cap, policy_len;
     uint64_t                       seconds;
+    ngx_msec_t                     delay;
     ngx_str_t                      key;
     ngx_uint_t                     i, n;
     ratewell_ask                  *asks;
     ngx_http_ratewell_ctx_t       *ctx, **asked;
     ngx_http_ratewell_req_t       *req;
-    ngx_http_ratewell_limit_t     *limits;
+    ngx_http_ratewell_limit_t    **limits, **used;
     ngx_pool_cleanup_t            *cln;
     ngx_http_ratewell_loc_conf_t  *lcf;
     ratewell_verdict               verdict;
@@ -252,16 +351,19 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    n = lcf->limits->nelts;
     cln = ngx_pool_cleanup_add(r->main->pool, sizeof(ngx_http_ratewell_req_t));
-    asks = ngx_palloc(r->pool, lcf->limits->nelts * sizeof(ratewell_ask));
-    asked = ngx_palloc(r->pool,
-                       lcf->limits->nelts * sizeof(ngx_http_ratewell_ctx_t *));
-    if (cln == NULL || asks == NULL || asked == NULL) {
+    asks = ngx_palloc(r->pool, n * sizeof(ratewell_ask));
+    asked = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_ctx_t *));
+    used = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_limit_t *));
+    if (cln == NULL || asks == NULL || asked == NULL || used == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     req = cln->data;
-    req->admitted = 0;
+    req->status = 0;
+    req->remaining = 0;
+    req->retry_after = -1;
     cln->handler = ngx_http_ratewell_cleanup;
     ngx_http_set_ctx(r->main, req, ngx_http_ratewell_module);
 
@@ -271,7 +373,7 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     n = 0;
 
     for (i = 0; i < lcf->limits->nelts; i++) {
-        ctx = limits[i].shm_zone->data;
+        ctx = limits[i]->shm_zone->data;
 
         if (ctx->zone == NULL) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -292,17 +394,19 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         asks[n].zone = ctx->zone;
         asks[n].key = key.data;
         asks[n].key_len = key.len;
+        asks[n].burst = limits[i]->burst;
+        asks[n].delay = limits[i]->delay;
         asked[n] = ctx;
+        used[n] = limits[i];
         n++;
 
         /* A field: the name as a string (each byte escaped at most once), then ";r=" and
          * ";t=" with at most 15 digits each, and ", " between fields. */
         cap += 2 * ctx->name.len + 48;
-        policy_len += ctx->policy_field.len + 2;
+        policy_len += limits[i]->policy_field.len + 2;
     }
 
     if (n == 0) {
-        req->admitted = 1;
         return NGX_DECLINED;
     }
 
@@ -317,6 +421,8 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    req->remaining = verdict.remaining;
+
     if (lcf->headers) {
         policy = ngx_pnalloc(r->pool, policy_len);
         if (policy == NULL) {
@@ -328,8 +434,8 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
             if (i > 0) {
                 *p++ = ','; *p++ = ' ';
             }
-            p = ngx_cpymem(p, asked[i]->policy_field.data,
-                           asked[i]->policy_field.len);
+            p = ngx_cpymem(p, used[i]->policy_field.data,
+                           used[i]->policy_field.len);
         }
 
         if (ngx_http_ratewell_add_header(r, &ngx_http_ratewell_policy_name,
@@ -349,11 +455,71 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     }
 
     if (verdict.admitted) {
-        req->admitted = 1;
-        return NGX_DECLINED;
+        for (i = 0; i < n; i++) {
+            (void) ngx_atomic_fetch_add(&asked[i]->sh->admitted, 1);
+        }
+
+        /* nginx's timers are whole milliseconds: a delay is rounded up to one. */
+        delay = (ngx_msec_t) (verdict.delay_ns / 1000000
+                              + (verdict.delay_ns % 1000000 != 0));
+
+        if (delay == 0) {
+            ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_PASSED);
+            return NGX_DECLINED;
+        }
+
+        ctx = asked[verdict.delayed_by < n ? verdict.delayed_by : 0];
+
+        if (lcf->dry_run) {
+            (void) ngx_atomic_fetch_add(&ctx->sh->dry_run_delayed, 1);
+            ngx_log_error(lcf->delay_log_level, r->connection->log, 0,
+                          "delaying request, dry run, by %M ms, "
+                          "by ratewell zone \"%V\"", delay, &ctx->name);
+            ngx_http_ratewell_set_status(r, req,
+                                         NGX_HTTP_RATEWELL_DELAYED_DRY_RUN);
+            return NGX_DECLINED;
+        }
+
+        (void) ngx_atomic_fetch_add(&ctx->sh->delayed, 1);
+        ngx_log_error(lcf->delay_log_level, r->connection->log, 0,
+                      "delaying request by %M ms, by ratewell zone \"%V\"",
+                      delay, &ctx->name);
+        ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_DELAYED);
+
+        /* As limit_req: wait on a write timer, noticing meanwhile a client that closes. */
+        if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        r->read_event_handler = ngx_http_test_reading;
+        r->write_event_handler = ngx_http_ratewell_delay;
+
+        r->connection->write->delayed = 1;
+        ngx_add_timer(r->connection->write, delay);
+
+        return NGX_AGAIN;
     }
 
     ctx = asked[verdict.rejected_by < n ? verdict.rejected_by : 0];
+
+    seconds = 0;
+    if (verdict.retry_after_ns != RATEWELL_NO_RETRY) {
+        seconds = verdict.retry_after_ns / 1000000000
+                  + (verdict.retry_after_ns % 1000000000 != 0);
+        req->retry_after = (int64_t) seconds;
+    }
+
+    if (lcf->dry_run) {
+        (void) ngx_atomic_fetch_add(&ctx->sh->dry_run_rejected, 1);
+        ngx_log_error(lcf->log_level, r->connection->log, 0,
+                      "limiting requests, dry run, by ratewell zone \"%V\"",
+                      &ctx->name);
+        ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_REJECTED_DRY_RUN);
+        return NGX_DECLINED;
+    }
+
+    (void) ngx_atomic_fetch_add(&ctx->sh->rejected, 1);
+    ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_REJECTED);
 
     if (verdict.retry_after_ns == RATEWELL_NO_RETRY) {
         ngx_log_error(lcf->log_level, r->connection->log, 0,
@@ -361,9 +527,6 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
                       "more than its capacity", &ctx->name);
         return lcf->status;
     }
-
-    seconds = verdict.retry_after_ns / 1000000000
-              + (verdict.retry_after_ns % 1000000000 != 0);
 
     if (verdict.table_full) {
         ngx_log_error(lcf->log_level, r->connection->log, 0,
@@ -394,6 +557,257 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
 }
 
 
+/* The write timer of a delayed request fired (or the connection became writable first). */
+static void
+ngx_http_ratewell_delay(ngx_http_request_t *r)
+{
+    ngx_event_t  *wev;
+
+    wev = r->connection->write;
+
+    /* nginx clears `delayed` when the timer fires; until then, only keep waiting. */
+    if (wev->delayed) {
+
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+
+        return;
+    }
+
+    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    /* The handler finds the request decided and declines: the phases go on. */
+    ngx_http_core_run_phases(r);
+}
+
+
+/* $ratewell_status, $ratewell_remaining, $ratewell_retry_after of the main request; not found
+ * where no zone decided it (and, for the retry time, where it was not rejected or no wait lets
+ * it through). */
+static ngx_int_t
+ngx_http_ratewell_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                   *p;
+    ngx_http_ratewell_req_t  *req;
+
+    req = ngx_http_ratewell_decided(r->main);
+
+    if (req == NULL || req->status == 0
+        || (data == 2 && req->retry_after < 0))
+    {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    if (data == 0) {
+        v->len = ngx_http_ratewell_statuses[req->status - 1].len;
+        v->data = ngx_http_ratewell_statuses[req->status - 1].data;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+    v->len = (data == 1 ? ngx_sprintf(p, "%uL", req->remaining)
+                        : ngx_sprintf(p, "%L", req->retry_after)) - p;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratewell_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_ratewell_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+/* A label value of Prometheus's text format: `\`, `"` and newlines escaped. */
+static u_char *
+ngx_http_ratewell_label(u_char *p, ngx_str_t *value)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < value->len; i++) {
+        switch (value->data[i]) {
+        case '\\': *p++ = '\\'; *p++ = '\\'; break;
+        case '"':  *p++ = '\\'; *p++ = '"'; break;
+        case '\n': *p++ = '\\'; *p++ = 'n'; break;
+        default:   *p++ = value->data[i];
+        }
+    }
+
+    return p;
+}
+
+
+/* ratewell_metrics: every zone's counters and occupancy, in Prometheus's text format. */
+static ngx_int_t
+ngx_http_ratewell_metrics_handler(ngx_http_request_t *r)
+{
+    static const char *outcomes[] = {
+        "admitted", "rejected", "delayed", "dry_run_rejected", "dry_run_delayed"
+    };
+
+    u_char                         *p, *start;
+    size_t                          size;
+    uint64_t                        counts[5], gauges[5];
+    ngx_int_t                       rc;
+    ngx_buf_t                      *b;
+    ngx_uint_t                      i, j, k;
+    ngx_chain_t                     out;
+    ratewell_stats                  stats;
+    ngx_http_ratewell_ctx_t       **zones, *ctx;
+    ngx_http_ratewell_main_conf_t  *mcf;
+
+    static const char *gauge_names[] = {
+        "ratewell_zone_keys", "ratewell_zone_capacity",
+        "ratewell_zone_reclaims_total", "ratewell_zone_evictions_total",
+        "ratewell_zone_refused_total"
+    };
+    static const char *gauge_help[] = {
+        "# HELP ratewell_zone_keys Keys holding state in a ratewell zone.\n"
+        "# TYPE ratewell_zone_keys gauge\n",
+        "# HELP ratewell_zone_capacity Keys a ratewell zone holds.\n"
+        "# TYPE ratewell_zone_capacity gauge\n",
+        "# HELP ratewell_zone_reclaims_total Keys dropped from a ratewell zone "
+        "because their state was a new key's (nothing lost).\n"
+        "# TYPE ratewell_zone_reclaims_total counter\n",
+        "# HELP ratewell_zone_evictions_total Limited keys a full ratewell zone "
+        "evicted for a new one (on_full=evict).\n"
+        "# TYPE ratewell_zone_evictions_total counter\n",
+        "# HELP ratewell_zone_refused_total New keys a full ratewell zone "
+        "refused (on_full=refuse).\n"
+        "# TYPE ratewell_zone_refused_total counter\n"
+    };
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_ratewell_module);
+    zones = mcf->zones.elts;
+
+    size = 1024;
+    for (k = 0; k < 5; k++) {
+        size += ngx_strlen(gauge_help[k]);
+    }
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        size += 10 * (2 * zones[i]->name.len + 96);
+    }
+
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    start = b->last;
+    p = ngx_cpymem(b->last,
+                   "# HELP ratewell_requests_total Requests a ratewell zone "
+                   "decided, by outcome (a delayed request is admitted too; "
+                   "dry-run outcomes are not enforced).\n"
+                   "# TYPE ratewell_requests_total counter\n",
+                   sizeof("# HELP ratewell_requests_total Requests a ratewell zone "
+                          "decided, by outcome (a delayed request is admitted too; "
+                          "dry-run outcomes are not enforced).\n"
+                          "# TYPE ratewell_requests_total counter\n") - 1);
+
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        ctx = zones[i];
+        if (ctx->sh == NULL) {
+            continue;
+        }
+
+        counts[0] = ctx->sh->admitted;
+        counts[1] = ctx->sh->rejected;
+        counts[2] = ctx->sh->delayed;
+        counts[3] = ctx->sh->dry_run_rejected;
+        counts[4] = ctx->sh->dry_run_delayed;
+
+        for (j = 0; j < 5; j++) {
+            p = ngx_sprintf(p, "ratewell_requests_total{zone=\"");
+            p = ngx_http_ratewell_label(p, &ctx->name);
+            p = ngx_sprintf(p, "\",outcome=\"%s\"} %uL\n", outcomes[j],
+                            counts[j]);
+        }
+    }
+
+    for (k = 0; k < 5; k++) {
+        p = ngx_cpymem(p, gauge_help[k], ngx_strlen(gauge_help[k]));
+
+        for (i = 0; i < mcf->zones.nelts; i++) {
+            ctx = zones[i];
+            if (ctx->zone == NULL
+                || ratewell_zone_stats(ctx->zone, &stats) != 0)
+            {
+                continue;
+            }
+
+            gauges[0] = stats.keys;
+            gauges[1] = stats.capacity;
+            gauges[2] = stats.reclaims;
+            gauges[3] = stats.evictions;
+            gauges[4] = stats.refused;
+
+            p = ngx_sprintf(p, "%s{zone=\"", gauge_names[k]);
+            p = ngx_http_ratewell_label(p, &ctx->name);
+            p = ngx_sprintf(p, "\"} %uL\n", gauges[k]);
+        }
+    }
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - start;
+    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
 static ngx_int_t
 ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
@@ -401,12 +815,15 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     u_char                    err[NGX_HTTP_RATEWELL_ERR_LEN];
     size_t                    capacity, len;
+    int64_t                   restored;
+    ngx_uint_t                fresh;
     ratewell_zone            *zone;
     ngx_slab_pool_t          *shpool;
     ngx_http_ratewell_ctx_t  *ctx;
 
     ctx = shm_zone->data;
     shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    fresh = 0;
 
     if (octx) {
         /* A reload that keeps the zone (same name and size): the table is where it was. */
@@ -429,7 +846,7 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ctx->sh = shpool->data;
 
     } else {
-        ctx->sh = ngx_slab_alloc(shpool, sizeof(ngx_http_ratewell_shctx_t));
+        ctx->sh = ngx_slab_calloc(shpool, sizeof(ngx_http_ratewell_shctx_t));
         if (ctx->sh == NULL) {
             return NGX_ERROR;
         }
@@ -456,6 +873,7 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ctx->sh->len = len;
         ctx->sh->capacity = capacity;
         shpool->data = ctx->sh;
+        fresh = 1;
     }
 
     /* The first opening initialises the table; a later one (a reload) checks that the table
@@ -469,6 +887,25 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "ratewell_zone \"%V\": %s", &shm_zone->shm.name, err);
         return NGX_ERROR;
+    }
+
+    /* A new zone at nginx's start (not at a reload, whose zones the old workers hold the
+     * state of): the state the last stop saved, if any. Before any worker runs, so the
+     * master is alone on the zone. */
+    if (fresh && ctx->state.len && ngx_is_init_cycle(ctx->cycle->old_cycle)) {
+        restored = ratewell_zone_restore(zone, ctx->state.data, ctx->state.len,
+                                         err, sizeof(err));
+        if (restored >= 0) {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "ratewell_zone \"%V\": %L keys restored from \"%V\"",
+                          &shm_zone->shm.name, restored, &ctx->state);
+
+        } else if (restored == -1) {
+            /* A state that cannot be read starts the zone empty: limits reset, nginx runs. */
+            ngx_log_error(NGX_LOG_ALERT, shm_zone->shm.log, 0,
+                          "ratewell_zone \"%V\": not restored, it starts empty: %s",
+                          &shm_zone->shm.name, err);
+        }
     }
 
     ratewell_zone_close(zone);
@@ -489,7 +926,10 @@ ngx_http_ratewell_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&mcf->zones, cf->pool, 4,
                        sizeof(ngx_http_ratewell_ctx_t *))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&mcf->limits, cf->pool, 4,
+                          sizeof(ngx_http_ratewell_limit_t *))
+           != NGX_OK)
     {
         return NULL;
     }
@@ -516,6 +956,7 @@ ngx_http_ratewell_create_loc_conf(ngx_conf_t *cf)
 
     conf->status = NGX_CONF_UNSET_UINT;
     conf->log_level = NGX_CONF_UNSET_UINT;
+    conf->dry_run = NGX_CONF_UNSET;
     conf->headers = NGX_CONF_UNSET;
 
     return conf;
@@ -535,14 +976,20 @@ ngx_http_ratewell_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->status, prev->status,
                               NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_value(conf->headers, prev->headers, 1);
+
+    /* As limit_req: delays are logged one level below rejections. */
+    conf->delay_log_level = (conf->log_level == NGX_LOG_INFO) ?
+                                NGX_LOG_INFO : conf->log_level + 1;
 
     return NGX_CONF_OK;
 }
 
 
 /*
- * ratewell_zone KEY zone=NAME:SIZE policy="SPEC" [on_full=refuse|evict]
+ * ratewell_zone KEY zone=NAME:SIZE policy="SPEC" | rate=Nr/s [on_full=refuse|evict]
+ *     [state=PATH]
  *
  * A full zone reclaims the keys whose state is a fresh key's first (nothing is lost); then,
  * by default (on_full=refuse), it refuses a new key rather than forget a limited one;
@@ -558,8 +1005,8 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     u_char                            *p, err[NGX_HTTP_RATEWELL_ERR_LEN];
     size_t                             len;
-    ssize_t                            size;
-    ngx_str_t                         *value, name, s, policy;
+    ssize_t                            size, written;
+    ngx_str_t                         *value, name, s, policy, rate, state;
     ngx_uint_t                         i, j, refuse;
     ngx_shm_zone_t                    *shm_zone;
     ngx_http_ratewell_ctx_t           *ctx, **slot;
@@ -586,6 +1033,8 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     refuse = 1;
     ngx_str_null(&name);
     ngx_str_null(&policy);
+    ngx_str_null(&rate);
+    ngx_str_null(&state);
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -669,6 +1118,30 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+            rate.data = value[i].data + 5;
+            rate.len = value[i].len - 5;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "state=", 6) == 0) {
+            state.data = value[i].data + 6;
+            state.len = value[i].len - 6;
+
+            if (state.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"%V\" names no file", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            /* Relative to nginx's prefix, as nginx's own paths are. */
+            if (ngx_conf_full_name(cf->cycle, &state, 0) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_strcmp(value[i].data, "on_full=evict") == 0) {
             refuse = 0;
             continue;
@@ -679,13 +1152,11 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+        if (ngx_strcmp(value[i].data, "sync") == 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"%V\": ratewell_zone takes its limit as "
-                               "policy=\"...\"; limit_req's rate=, burst and "
-                               "delay are written as policy=\"leaky-bucket "
-                               "rate=10r/s burst=5 compat=nginx\"",
-                               &value[i]);
+                               "\"sync\" is NGINX Plus's zone synchronisation "
+                               "between machines; a ratewell zone is exact "
+                               "across the workers of one nginx");
             return NGX_CONF_ERROR;
         }
 
@@ -701,9 +1172,36 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (policy.len && rate.len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" takes either \"policy\" or \"rate\", "
+                           "not both", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (rate.len) {
+        /* limit_req's grammar: nginx's leaky bucket, as compat=nginx decides it. */
+        written = ratewell_rate_policy(rate.data, rate.len, NULL, 0,
+                                       err, sizeof(err));
+        if (written < 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "zone \"%V\": %s", &name, err);
+            return NGX_CONF_ERROR;
+        }
+
+        policy.data = ngx_pnalloc(cf->pool, written);
+        if (policy.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        policy.len = ratewell_rate_policy(rate.data, rate.len, policy.data,
+                                          written, err, sizeof(err));
+        ctx->rate = 1;
+    }
+
     if (policy.len == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"%V\" must have \"policy\" parameter",
+                           "\"%V\" must have \"policy\" or \"rate\" parameter",
                            &cmd->name);
         return NGX_CONF_ERROR;
     }
@@ -732,7 +1230,10 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ctx->name = name;
     ctx->policy = policy;
+    ctx->burst = ratewell_policy_burst(policy.data, policy.len);
     ctx->refuse = refuse;
+    ctx->state = state;
+    ctx->cycle = cf->cycle;
     ctx->shm_zone = shm_zone;
 
     shm_zone->init = ngx_http_ratewell_init_zone;
@@ -749,20 +1250,26 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* ratewell zone=NAME: every zone named in a location decides its requests, all or nothing. */
+/* ratewell zone=NAME [burst=N] [nodelay | delay=N]: every zone named in a location decides its
+ * requests, all or nothing; burst and delay are limit_req's, on a leaky-bucket zone. */
 static char *
 ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratewell_loc_conf_t  *lcf = conf;
 
-    ngx_str_t                  *value, s;
-    ngx_uint_t                  i;
-    ngx_shm_zone_t             *shm_zone;
-    ngx_http_ratewell_limit_t  *limit, *limits;
+    ngx_int_t                       burst, delay;
+    ngx_str_t                      *value, s;
+    ngx_uint_t                      i, nodelay;
+    ngx_shm_zone_t                 *shm_zone;
+    ngx_http_ratewell_limit_t      *limit, **limits, **slot;
+    ngx_http_ratewell_main_conf_t  *mcf;
 
     value = cf->args->elts;
 
     shm_zone = NULL;
+    burst = -1;
+    delay = -1;
+    nodelay = 0;
 
     for (i = 1; i < cf->args->nelts; i++) {
 
@@ -780,16 +1287,33 @@ ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "burst=", 6) == 0
-            || ngx_strcmp(value[i].data, "nodelay") == 0
-            || ngx_strncmp(value[i].data, "delay=", 6) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"%V\": a ratewell zone's burst and delay "
-                               "are its policy's (policy=\"leaky-bucket "
-                               "rate=10r/s burst=5 nodelay compat=nginx\")",
-                               &value[i]);
-            return NGX_CONF_ERROR;
+        if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
+
+            burst = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            if (burst == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid burst value \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
+
+            delay = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            if (delay == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid delay value \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        if (ngx_strcmp(value[i].data, "nodelay") == 0) {
+            nodelay = 1;
+            continue;
         }
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -804,9 +1328,15 @@ ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (nodelay && delay != -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nodelay\" and \"delay=\" exclude each other");
+        return NGX_CONF_ERROR;
+    }
+
     if (lcf->limits == NULL) {
         lcf->limits = ngx_array_create(cf->pool, 1,
-                                       sizeof(ngx_http_ratewell_limit_t));
+                                       sizeof(ngx_http_ratewell_limit_t *));
         if (lcf->limits == NULL) {
             return NGX_CONF_ERROR;
         }
@@ -815,17 +1345,55 @@ ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     limits = lcf->limits->elts;
 
     for (i = 0; i < lcf->limits->nelts; i++) {
-        if (shm_zone == limits[i].shm_zone) {
+        if (shm_zone == limits[i]->shm_zone) {
             return "is duplicate";
         }
     }
 
-    limit = ngx_array_push(lcf->limits);
-    if (limit == NULL) {
+    limit = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratewell_limit_t));
+    slot = ngx_array_push(lcf->limits);
+    if (limit == NULL || slot == NULL) {
         return NGX_CONF_ERROR;
     }
 
+    *slot = limit;
+
     limit->shm_zone = shm_zone;
+
+    if (burst == -1 && delay == -1 && !nodelay) {
+        /* Neither burst nor delay: the zone's own (resolved once every zone is known). */
+        limit->burst = -1;
+        limit->delay = NGX_HTTP_RATEWELL_ZONES_OWN;
+
+    } else {
+        /* As limit_req: burst 0 unless given; with neither nodelay nor delay=, every excess
+         * request is delayed (delay 0). */
+        limit->burst = (burst == -1) ? 0 : burst;
+        limit->delay = nodelay ? -1 : (delay == -1 ? 0 : delay);
+    }
+
+    limit->file = cf->conf_file->file.name;
+    limit->line = cf->conf_file->line;
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratewell_module);
+    slot = ngx_array_push(&mcf->limits);
+    if (slot == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *slot = limit;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_ratewell_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_ratewell_metrics_handler;
 
     return NGX_CONF_OK;
 }
@@ -834,8 +1402,57 @@ ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_ratewell_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
-    ngx_http_core_main_conf_t  *cmcf;
+    ngx_uint_t                      i;
+    ngx_http_handler_pt            *h;
+    ngx_http_ratewell_ctx_t        *ctx;
+    ngx_http_ratewell_limit_t     **limits, *limit;
+    ngx_http_core_main_conf_t      *cmcf;
+    ngx_http_ratewell_main_conf_t  *mcf;
+
+    /* Every zone is known now: check each location's burst against its zone. */
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratewell_module);
+    limits = mcf->limits.elts;
+
+    for (i = 0; i < mcf->limits.nelts; i++) {
+        limit = limits[i];
+        ctx = limit->shm_zone->data;
+
+        if (ctx == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "unknown ratewell zone \"%V\" in %V:%ui",
+                          &limit->shm_zone->shm.name, &limit->file,
+                          limit->line);
+            return NGX_ERROR;
+        }
+
+        if (limit->delay == NGX_HTTP_RATEWELL_ZONES_OWN) {
+            /* No burst, no delay: the zone's own policy; a rate= zone's is burst 0. */
+            limit->burst = ctx->rate ? 0 : -1;
+            limit->delay = ctx->rate ? 0 : -1;
+        }
+
+        if (limit->burst < 0) {
+            continue;
+        }
+
+        if (ctx->burst < 0) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "burst, delay and nodelay apply to a leaky-bucket "
+                          "zone; ratewell zone \"%V\" decides by \"%V\" "
+                          "in %V:%ui", &ctx->name, &ctx->policy,
+                          &limit->file, limit->line);
+            return NGX_ERROR;
+        }
+
+        if (limit->burst > ctx->burst) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "burst=%L is above the %L of ratewell zone \"%V\" "
+                          "(a location narrows its zone's burst, and cannot "
+                          "widen it) in %V:%ui", limit->burst, ctx->burst,
+                          &ctx->name, &limit->file, limit->line);
+            return NGX_ERROR;
+        }
+    }
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 
@@ -858,6 +1475,7 @@ ngx_http_ratewell_init_process(ngx_cycle_t *cycle)
     size_t                          len;
     ngx_uint_t                      i;
     ngx_http_ratewell_ctx_t        *ctx, **zones;
+    ngx_http_ratewell_limit_t     **limits, *limit;
     ngx_http_ratewell_main_conf_t  *mcf;
 
     mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratewell_module);
@@ -883,17 +1501,30 @@ ngx_http_ratewell_init_process(ngx_cycle_t *cycle)
         if (ctx->zone == NULL) {
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                           "ratewell_zone \"%V\": %s", &ctx->name, err);
+        }
+    }
+
+    /* Each location's RateLimit-Policy item, at its burst. */
+    limits = mcf->limits.elts;
+
+    for (i = 0; i < mcf->limits.nelts; i++) {
+        limit = limits[i];
+        ctx = limit->shm_zone->data;
+
+        if (ctx == NULL || ctx->zone == NULL) {
             continue;
         }
 
-        len = ratewell_zone_policy_field(ctx->zone, NULL, 0);
-        ctx->policy_field.data = ngx_pnalloc(cycle->pool, len);
-        if (ctx->policy_field.data == NULL) {
+        len = ratewell_zone_policy_field(ctx->zone, limit->burst, limit->delay,
+                                         NULL, 0);
+        limit->policy_field.data = ngx_pnalloc(cycle->pool, len);
+        if (limit->policy_field.data == NULL) {
             return NGX_ERROR;
         }
 
-        ctx->policy_field.len = ratewell_zone_policy_field(ctx->zone,
-                                                   ctx->policy_field.data, len);
+        limit->policy_field.len =
+            ratewell_zone_policy_field(ctx->zone, limit->burst, limit->delay,
+                                       limit->policy_field.data, len);
     }
 
     return NGX_OK;
@@ -917,5 +1548,59 @@ ngx_http_ratewell_exit_process(ngx_cycle_t *cycle)
     for (i = 0; i < mcf->zones.nelts; i++) {
         ratewell_zone_close(zones[i]->zone);
         zones[i]->zone = NULL;
+    }
+}
+
+
+/* nginx stops: the master, its workers gone and its zones still mapped, saves every zone that
+ * names a state file. */
+static void
+ngx_http_ratewell_exit_master(ngx_cycle_t *cycle)
+{
+    u_char                          err[NGX_HTTP_RATEWELL_ERR_LEN];
+    int64_t                         saved;
+    ngx_uint_t                      i;
+    ratewell_zone                  *zone;
+    ngx_http_ratewell_ctx_t        *ctx, **zones;
+    ngx_http_ratewell_main_conf_t  *mcf;
+
+    mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratewell_module);
+    if (mcf == NULL) {
+        return;
+    }
+
+    zones = mcf->zones.elts;
+
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        ctx = zones[i];
+
+        if (ctx->sh == NULL || ctx->state.len == 0) {
+            continue;
+        }
+
+        zone = ratewell_zone_open(ctx->sh->region, ctx->sh->len,
+                                  ctx->policy.data, ctx->policy.len,
+                                  ctx->sh->capacity, (int32_t) ctx->refuse,
+                                  ctx->name.data, ctx->name.len,
+                                  err, sizeof(err));
+        if (zone == NULL) {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                          "ratewell_zone \"%V\" not saved: %s", &ctx->name, err);
+            continue;
+        }
+
+        saved = ratewell_zone_save(zone, ctx->state.data, ctx->state.len,
+                                   err, sizeof(err));
+        if (saved < 0) {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                          "ratewell_zone \"%V\" not saved: %s", &ctx->name, err);
+
+        } else {
+            ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                          "ratewell_zone \"%V\": %L keys saved to \"%V\"",
+                          &ctx->name, saved, &ctx->state);
+        }
+
+        ratewell_zone_close(zone);
     }
 }

@@ -11,9 +11,11 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use ratewell::{OnFull, Policy, Region};
+use std::path::Path;
 
-use crate::{Ask, Zone, capacity_for, decide};
+use ratewell::{OnFull, Policy, Region, SnapshotError};
+
+use crate::{Ask, Burst, Zone, capacity_for, decide, policy_burst, rate_zone_policy};
 
 /// A worker's handle on a zone's table (opaque to C).
 pub struct RatewellZone(Zone);
@@ -27,6 +29,16 @@ pub struct RatewellAsk {
     pub key: *const u8,
     /// The key's length.
     pub key_len: usize,
+    /// The location's burst on a leaky-bucket zone; negative: the zone's own burst and delay.
+    pub burst: i64,
+    /// The location's delay (requests of the excess not delayed); negative: `nodelay`.
+    pub delay: i64,
+}
+
+/// A location's burst and delay from their C encoding (negative: none, `nodelay`).
+fn burst_of(burst: i64, delay: i64) -> Option<Burst> {
+    let burst = u32::try_from(burst).ok()?;
+    Some(Burst { burst, delay: u32::try_from(delay).ok() })
 }
 
 /// What [`ratewell_decide`] decided.
@@ -45,6 +57,11 @@ pub struct RatewellVerdict {
     pub retry_after_ns: u64,
     /// When admitted, the longest delay a zone asks for, in nanoseconds.
     pub delay_ns: u64,
+    /// The index of the ask whose zone asks for that delay (when `delay_ns` is not 0).
+    pub delayed_by: usize,
+    /// When admitted, the least any zone has left; when rejected, what the rejecting zone has
+    /// left.
+    pub remaining: u64,
     /// The length of the `RateLimit` field, written into the caller's buffer when it fits
     /// (when it does not, nothing is written).
     pub fields_len: usize,
@@ -118,6 +135,58 @@ pub unsafe extern "C" fn ratewell_policy_check(
     // SAFETY: as the caller promises.
     unsafe { write_message(err, err_cap, &message) };
     -1
+}
+
+/// The policy of a zone declared in `limit_req`'s grammar (`rate` is `10r/s` or `30r/m`; see
+/// [`rate_zone_policy`]): its text written into `out` when it fits in `cap` bytes, and its length;
+/// or -1 with the reason in `err`.
+///
+/// # Safety
+///
+/// `rate` points to `rate_len` readable bytes; `out` and `err` are null or point to `cap` and
+/// `err_cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_rate_policy(
+    rate: *const u8,
+    rate_len: usize,
+    out: *mut u8,
+    cap: usize,
+    err: *mut u8,
+    err_cap: usize,
+) -> isize {
+    // SAFETY: as the caller promises.
+    let rate = unsafe { bytes(rate, rate_len) };
+    let made = catch_unwind(|| {
+        let rate = std::str::from_utf8(rate).map_err(|_| "the rate is not UTF-8".to_string())?;
+        rate_zone_policy(rate).map(|p| p.to_string())
+    });
+    let message = match made {
+        Ok(Ok(text)) => {
+            if !out.is_null() && text.len() <= cap {
+                // SAFETY: `cap` writable bytes at `out`, none of them the text's.
+                unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), out, text.len()) };
+            }
+            return isize::try_from(text.len()).unwrap_or(-1);
+        }
+        Ok(Err(message)) => message,
+        Err(_) => "a panic in ratewell".to_string(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { write_message(err, err_cap, &message) };
+    -1
+}
+
+/// The burst of the leaky-bucket policy `spec`; -1 for another algorithm or an invalid policy.
+///
+/// # Safety
+///
+/// `spec` points to `spec_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_policy_burst(spec: *const u8, spec_len: usize) -> i64 {
+    // SAFETY: as the caller promises.
+    let spec = unsafe { bytes(spec, spec_len) };
+    let burst = catch_unwind(|| policy(spec).ok().as_ref().and_then(policy_burst));
+    burst.ok().flatten().map_or(-1, i64::from)
 }
 
 /// The most keys a table under `spec` holds in `bytes` (0: not one), and in `region_len` the
@@ -205,7 +274,8 @@ pub unsafe extern "C" fn ratewell_zone_close(zone: *mut RatewellZone) {
     }
 }
 
-/// The zone's `RateLimit-Policy` field, written into `out` when it fits in `cap` bytes; its
+/// The zone's `RateLimit-Policy` field as a location's `burst` and `delay` narrow it (negative:
+/// the zone's own; see [`RatewellAsk`]), written into `out` when it fits in `cap` bytes; its
 /// length either way (0 for a null handle).
 ///
 /// # Safety
@@ -214,17 +284,141 @@ pub unsafe extern "C" fn ratewell_zone_close(zone: *mut RatewellZone) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ratewell_zone_policy_field(
     zone: *const RatewellZone,
+    burst: i64,
+    delay: i64,
     out: *mut u8,
     cap: usize,
 ) -> usize {
     // SAFETY: an open handle, as the caller promises.
     let Some(zone) = (unsafe { zone.as_ref() }) else { return 0 };
-    let field = zone.0.policy_field().as_bytes();
+    let Ok(field) =
+        catch_unwind(AssertUnwindSafe(|| zone.0.policy_field_for(burst_of(burst, delay))))
+    else {
+        return 0;
+    };
     if !out.is_null() && field.len() <= cap {
         // SAFETY: `cap` writable bytes at `out`, none of them the field's.
         unsafe { std::ptr::copy_nonoverlapping(field.as_ptr(), out, field.len()) };
     }
     field.len()
+}
+
+/// A zone's occupancy and the engine's counters, for `ratewell_metrics`.
+#[repr(C)]
+pub struct RatewellStats {
+    /// Keys holding state now.
+    pub keys: u64,
+    /// Keys the zone can hold.
+    pub capacity: u64,
+    /// Keys dropped because their state was a fresh key's (nothing lost).
+    pub reclaims: u64,
+    /// Limited keys evicted to make room (`on_full=evict`).
+    pub evictions: u64,
+    /// New keys refused because the zone was full (`on_full=refuse`).
+    pub refused: u64,
+}
+
+/// The zone's [`RatewellStats`] into `out`: 0, or -1 for a null handle.
+///
+/// # Safety
+///
+/// `zone` is null or an open handle; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_stats(
+    zone: *const RatewellZone,
+    out: *mut RatewellStats,
+) -> i32 {
+    // SAFETY: an open handle, as the caller promises.
+    let Some(zone) = (unsafe { zone.as_ref() }) else { return -1 };
+    if out.is_null() {
+        return -1;
+    }
+    let Ok(m) = catch_unwind(AssertUnwindSafe(|| zone.0.metrics())) else { return -1 };
+    let stats = RatewellStats {
+        keys: m.keys,
+        capacity: m.capacity,
+        reclaims: m.reclaims,
+        evictions: m.evictions,
+        refused: m.refused,
+    };
+    // SAFETY: writable, as the caller promises.
+    unsafe { out.write(stats) };
+    0
+}
+
+/// A path from C's bytes, or the reason it is none.
+fn path_of(path: &[u8]) -> Result<&Path, String> {
+    std::str::from_utf8(path).map(Path::new).map_err(|_| "the path is not UTF-8".to_string())
+}
+
+/// Save every key's state of the zone to the file `path` (written beside it, then renamed):
+/// the keys saved, or -1 with the reason in `err`.
+///
+/// # Safety
+///
+/// `zone` is an open handle; `path` points to `path_len` readable bytes; `err` is null or
+/// points to `err_cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_save(
+    zone: *const RatewellZone,
+    path: *const u8,
+    path_len: usize,
+    err: *mut u8,
+    err_cap: usize,
+) -> i64 {
+    // SAFETY: as the caller promises.
+    let (zone, path) = unsafe { (zone.as_ref(), bytes(path, path_len)) };
+    let saved = catch_unwind(AssertUnwindSafe(|| {
+        let zone = zone.ok_or("no zone")?;
+        let path = path_of(path)?;
+        zone.0.save(path).map_err(|e| format!("{}: {e}", path.display()))
+    }));
+    let message = match saved {
+        Ok(Ok(info)) => return i64::try_from(info.keys).unwrap_or(i64::MAX),
+        Ok(Err(message)) => message,
+        Err(_) => "a panic in ratewell".to_string(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { write_message(err, err_cap, &message) };
+    -1
+}
+
+/// Restore the zone from the file `path` (see [`Zone::restore`]) while no other process has it
+/// open: the keys restored; -2 when there is no such file (nothing changes); or -1 with the
+/// reason in `err` (the zone is as it was).
+///
+/// # Safety
+///
+/// `zone` is an open handle no call is using; `path` points to `path_len` readable bytes; `err`
+/// is null or points to `err_cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_zone_restore(
+    zone: *mut RatewellZone,
+    path: *const u8,
+    path_len: usize,
+    err: *mut u8,
+    err_cap: usize,
+) -> i64 {
+    // SAFETY: as the caller promises.
+    let (zone, path) = unsafe { (zone.as_mut(), bytes(path, path_len)) };
+    let restored = catch_unwind(AssertUnwindSafe(|| {
+        let zone = zone.ok_or_else(|| "no zone".to_string())?;
+        let path = path_of(path)?;
+        match zone.0.restore(path) {
+            Ok(restored) => Ok(Some(restored.keys)),
+            Err(SnapshotError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }));
+    let message = match restored {
+        Ok(Ok(Some(keys))) => return i64::try_from(keys).unwrap_or(i64::MAX),
+        Ok(Ok(None)) => return -2,
+        Ok(Err(message)) => message,
+        Err(_) => "a panic in ratewell".to_string(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { write_message(err, err_cap, &message) };
+    -1
 }
 
 thread_local! {
@@ -254,18 +448,35 @@ pub unsafe extern "C" fn ratewell_decide(
     }
     // SAFETY: `n` readable asks, as the caller promises.
     let raw = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(asks, n) } };
-    let mut list = Vec::with_capacity(n);
-    for ask in raw {
+    let ask = |raw: &RatewellAsk| {
         // SAFETY: an open handle and its key's bytes, as the caller promises.
-        let Some(zone) = (unsafe { ask.zone.as_ref() }) else { return -1 };
+        let zone = unsafe { raw.zone.as_ref() }?;
         // SAFETY: as above.
-        let key = unsafe { bytes(ask.key, ask.key_len) };
-        list.push(Ask { zone: &zone.0, key });
-    }
+        let key = unsafe { bytes(raw.key, raw.key_len) };
+        Some(Ask { zone: &zone.0, key, burst: burst_of(raw.burst, raw.delay) })
+    };
+    // A location names a few zones: up to eight on the stack, more on the heap.
+    let Some(first) = raw.first().map(ask) else { return decide_none(out) };
+    let Some(first) = first else { return -1 };
+    let mut inline = [first; 8];
+    let mut heap = Vec::new();
+    let list: &[Ask<'_>] = if n <= inline.len() {
+        for (slot, raw) in inline.iter_mut().zip(raw) {
+            let Some(a) = ask(raw) else { return -1 };
+            *slot = a;
+        }
+        &inline[..n]
+    } else {
+        for raw in raw {
+            let Some(a) = ask(raw) else { return -1 };
+            heap.push(a);
+        }
+        &heap
+    };
     let verdict = catch_unwind(AssertUnwindSafe(|| {
         FIELDS.with(|kept| {
             let mut text = kept.borrow_mut();
-            let verdict = decide(&list, cost.max(1), &mut text);
+            let verdict = decide(list, cost.max(1), &mut text);
             let len = text.len();
             if !fields.is_null() && len <= fields_cap {
                 // SAFETY: `fields_cap` writable bytes at `fields`, none of them the text's.
@@ -282,9 +493,29 @@ pub unsafe extern "C" fn ratewell_decide(
         rejected_by: verdict.rejected_by.unwrap_or(0),
         retry_after_ns: verdict.retry_after_ns.unwrap_or(RATEWELL_NO_RETRY),
         delay_ns: verdict.delay_ns,
+        delayed_by: verdict.delayed_by.unwrap_or(0),
+        remaining: verdict.remaining,
         fields_len,
     };
     // SAFETY: writable, as the caller promises.
+    unsafe { out.write(written) };
+    0
+}
+
+/// The verdict on a request no zone decides: admitted, nothing charged.
+fn decide_none(out: *mut RatewellVerdict) -> i32 {
+    let written = RatewellVerdict {
+        admitted: 1,
+        impossible: 0,
+        table_full: 0,
+        rejected_by: 0,
+        retry_after_ns: RATEWELL_NO_RETRY,
+        delay_ns: 0,
+        delayed_by: 0,
+        remaining: 0,
+        fields_len: 0,
+    };
+    // SAFETY: `out` is writable, as `ratewell_decide`'s caller promises (checked not null).
     unsafe { out.write(written) };
     0
 }

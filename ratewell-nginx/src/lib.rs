@@ -27,7 +27,7 @@
 //! let region = unsafe { Region::from_raw(memory.as_mut_ptr().cast(), len) };
 //! let zone = Zone::open(region, &policy, capacity, OnFull::default(), "api")?;
 //!
-//! let asks = [Ask { zone: &zone, key: b"10.0.0.1" }];
+//! let asks = [Ask { zone: &zone, key: b"10.0.0.1", burst: None }];
 //! let mut fields = String::new();
 //! assert!(decide(&asks, 1, &mut fields).admitted);
 //! assert!(decide(&asks, 1, &mut fields).admitted);
@@ -44,7 +44,77 @@
 
 pub mod ffi;
 
-use ratewell::{Charge, KeyedLimiter, OnFull, Policy, Region, SharedClock, SharedError};
+use std::path::Path;
+
+use ratewell::{
+    Charge, KeyedLimiter, Metrics, OnFull, Parameters, Policy, Region, Restored, Resume,
+    SharedClock, SharedError, SnapshotError, SnapshotInfo,
+};
+
+/// The burst of a zone declared in `limit_req`'s grammar (`rate=10r/s`): the widest a location's
+/// `burst=` may name, the most a leaky bucket under `compat=nginx` holds (each location decides
+/// at its own burst, on the zone's one state per key; see [`Ask::burst`]).
+pub const RATE_ZONE_BURST: u32 = 268_435;
+
+/// The policy of a zone declared as `limit_req_zone` declares one, `rate=10r/s` or `rate=30r/m`:
+/// nginx's leaky bucket with nginx's own arithmetic, at the widest burst ([`RATE_ZONE_BURST`]),
+/// which each location narrows.
+///
+/// ```
+/// let policy = ratewell_nginx::rate_zone_policy("10r/s")?;
+/// assert_eq!(policy.to_string(), "leaky-bucket rate=10r/s burst=268435 nodelay compat=nginx");
+/// assert!(ratewell_nginx::rate_zone_policy("10/s").is_err());
+/// # Ok::<(), String>(())
+/// ```
+pub fn rate_zone_policy(rate: &str) -> Result<Policy, String> {
+    // limit_req's grammar only: a count, then `r/s` or `r/m`.
+    let count = rate.strip_suffix("r/s").or_else(|| rate.strip_suffix("r/m"));
+    if !count.is_some_and(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!(
+            "invalid rate \"{rate}\": expected N requests a second or a minute, as limit_req \
+             writes it (10r/s, 30r/m)"
+        ));
+    }
+    let spec = format!("leaky-bucket rate={rate} burst={RATE_ZONE_BURST} nodelay compat=nginx");
+    spec.parse().map_err(|e: ratewell::PolicyError| format!("invalid rate \"{rate}\": {e}"))
+}
+
+/// The burst a leaky-bucket policy holds; `None` for the other algorithms (a location's
+/// `burst=` applies to leaky buckets only).
+pub fn policy_burst(policy: &Policy) -> Option<u32> {
+    match policy.parameters() {
+        Parameters::LeakyBucket { burst, .. } => Some(burst),
+        _ => None,
+    }
+}
+
+/// `policy` as a location's `burst` and `delay` narrow it (`None`: the policy itself; a burst
+/// at most the policy's own); `None` when the narrowing does not apply (not a leaky bucket).
+pub fn narrowed_policy(policy: &Policy, burst: Option<Burst>) -> Option<Policy> {
+    let Some(b) = burst else { return Some(policy.clone()) };
+    match policy.parameters() {
+        Parameters::LeakyBucket { count, period_ns, burst: own, nginx, .. } => {
+            let params = Parameters::LeakyBucket {
+                count,
+                period_ns,
+                burst: b.burst.min(own),
+                delay: b.delay,
+                nginx,
+            };
+            Policy::new(params).ok()
+        }
+        _ => None,
+    }
+}
+
+/// A location's `burst=N [nodelay | delay=D]` on a leaky-bucket zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Burst {
+    /// `N`: at most the zone's own burst (a wider one is the zone's).
+    pub burst: u32,
+    /// `D`: requests of the excess not delayed; `None`: `nodelay`.
+    pub delay: Option<u32>,
+}
 
 /// The most keys [`capacity_for`] gives a zone.
 const MAX_KEYS: u64 = 1 << 32;
@@ -110,6 +180,34 @@ impl Zone {
         &self.policy_field
     }
 
+    /// The `RateLimit-Policy` field of the zone as a location's `burst` narrows it.
+    pub fn policy_field_for(&self, burst: Option<Burst>) -> String {
+        let policy = self.limiter.policy();
+        match narrowed_policy(&policy, burst) {
+            Some(narrowed) => narrowed.ratelimit_policy_field(&self.name),
+            None => self.policy_field.clone(),
+        }
+    }
+
+    /// The zone's counters and occupancy (every worker's decisions).
+    pub fn metrics(&self) -> Metrics {
+        self.limiter.metrics()
+    }
+
+    /// Write every key's state to `path` (atomically: a file beside it, renamed), for
+    /// [`restore`](Self::restore) when nginx starts again.
+    pub fn save(&self, path: &Path) -> std::io::Result<SnapshotInfo> {
+        self.limiter.save(path)
+    }
+
+    /// Replace every key's state by the snapshot at `path`, the time since it was saved passed
+    /// (the system clock's), while no other process has the zone open (as nginx's master
+    /// before it starts the workers). On any error the zone is as it was.
+    pub fn restore(&mut self, path: &Path) -> Result<Restored, SnapshotError> {
+        let file = std::fs::File::open(path).map_err(SnapshotError::from)?;
+        self.limiter.restore(std::io::BufReader::new(file), Resume::WallClock)
+    }
+
     /// The limiter on the zone's table.
     pub fn limiter(&self) -> &KeyedLimiter<[u8], SharedClock> {
         &self.limiter
@@ -123,6 +221,18 @@ pub struct Ask<'a> {
     pub zone: &'a Zone,
     /// The key (the bytes of the zone's key expression for this request).
     pub key: &'a [u8],
+    /// The location's burst and delay on a leaky-bucket zone (`None`: the zone's own).
+    pub burst: Option<Burst>,
+}
+
+impl<'a> Ask<'a> {
+    fn request(&self, cost: u32) -> ratewell::Request<'a, [u8], SharedClock> {
+        let request = self.zone.limiter.request(self.key).cost(cost);
+        match self.burst {
+            Some(b) => request.burst(b.burst, b.delay),
+            None => request,
+        }
+    }
 }
 
 /// What [`decide`] decided.
@@ -144,6 +254,11 @@ pub struct Verdict {
     pub retry_after_ns: Option<u64>,
     /// When admitted, the longest delay a zone asks for (a delaying leaky bucket), else 0.
     pub delay_ns: u64,
+    /// The ask whose zone asks for that delay (the first to), when there is one.
+    pub delayed_by: Option<usize>,
+    /// What remains: when admitted, the least any zone has left after the request; when
+    /// rejected, what the rejecting zone has left (less than the cost).
+    pub remaining: u64,
 }
 
 /// Decide a request of `cost` against every ask, in order, all or nothing: the first zone that
@@ -155,13 +270,21 @@ pub struct Verdict {
 /// rejecting zone's, rejected.
 pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
     fields.clear();
-    let mut taken: Vec<(usize, Charge)> = Vec::new();
-    let mut delay_ns = 0;
+    // A location names a few zones: their charges on the stack, up to eight.
+    let mut taken: [Option<Charge>; 8] = Default::default();
+    let mut spilled: Vec<(usize, Charge)> = Vec::new();
+    let (mut delay_ns, mut delayed_by) = (0, None);
+    let mut remaining = u64::MAX;
     for (i, ask) in asks.iter().enumerate() {
-        let (decision, charge) = ask.zone.limiter.request(ask.key).cost(cost).take();
+        let (decision, charge) = ask.request(cost).take();
         if !decision.is_admitted() {
-            for (j, charge) in taken.into_iter().rev() {
+            for (j, charge) in spilled.into_iter().rev() {
                 asks[j].zone.limiter.refund(charge);
+            }
+            for (j, charge) in taken.iter_mut().enumerate().take(i.min(8)).rev() {
+                if let Some(charge) = charge.take() {
+                    asks[j].zone.limiter.refund(charge);
+                }
             }
             fields.clear();
             decision.write_ratelimit_field(&ask.zone.name, fields);
@@ -174,9 +297,11 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
                 table_full: decision.is_table_full(),
                 retry_after_ns: decision.retry_after_ns(),
                 delay_ns: 0,
+                delayed_by: None,
+                remaining: decision.remaining(),
             };
             for later in &asks[i + 1..] {
-                let peeked = later.zone.limiter.request(later.key).cost(cost).peek();
+                let peeked = later.request(cost).peek();
                 if peeked.is_impossible() {
                     verdict.impossible = true;
                 }
@@ -194,9 +319,15 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
             fields.push_str(", ");
         }
         decision.write_ratelimit_field(&ask.zone.name, fields);
-        delay_ns = delay_ns.max(decision.delay_ns());
+        if decision.delay_ns() > delay_ns {
+            (delay_ns, delayed_by) = (decision.delay_ns(), Some(i));
+        }
+        remaining = remaining.min(decision.remaining());
         if let Some(charge) = charge {
-            taken.push((i, charge));
+            match taken.get_mut(i) {
+                Some(slot) => *slot = Some(charge),
+                None => spilled.push((i, charge)),
+            }
         }
     }
     Verdict {
@@ -206,6 +337,8 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
         table_full: false,
         retry_after_ns: None,
         delay_ns,
+        delayed_by,
+        remaining: if asks.is_empty() { 0 } else { remaining },
     }
 }
 
@@ -262,7 +395,7 @@ mod tests {
         let narrow = b.zone("token-bucket capacity=1 rate=1/h", "narrow").unwrap();
         let mut fields = String::new();
         let both = |k1: &'static [u8], k2: &'static [u8]| {
-            [Ask { zone: &wide, key: k1 }, Ask { zone: &narrow, key: k2 }]
+            [Ask { zone: &wide, key: k1, burst: None }, Ask { zone: &narrow, key: k2, burst: None }]
         };
         let v = decide(&both(b"x", b"y"), 1, &mut fields);
         assert!(v.admitted);
@@ -278,11 +411,14 @@ mod tests {
         assert!(decide(&both(b"x", b"z2"), 1, &mut fields).admitted);
         let v = decide(&both(b"x", b"z3"), 1, &mut fields);
         assert_eq!((v.admitted, v.rejected_by), (false, Some(0)));
-        assert!(decide(&[Ask { zone: &narrow, key: b"z3" }], 1, &mut fields).admitted);
+        assert!(decide(&[Ask { zone: &narrow, key: b"z3", burst: None }], 1, &mut fields).admitted);
         // Rejected by the first zone, and by the second too, which waits longer: the longer
         // wait is the request's (the second zone is only peeked at).
         let slow = m_zone_slow(&mut c);
-        let asks = [Ask { zone: &narrow, key: b"y" }, Ask { zone: &slow, key: b"s" }];
+        let asks = [
+            Ask { zone: &narrow, key: b"y", burst: None },
+            Ask { zone: &slow, key: b"s", burst: None },
+        ];
         assert!(decide(&[asks[1]], 1, &mut fields).admitted);
         let v = decide(&asks, 1, &mut fields);
         let seconds = v.retry_after_ns.map(|ns| ns.div_ceil(NS));
@@ -297,6 +433,48 @@ mod tests {
     }
 
     #[test]
+    fn each_location_decides_the_zone_at_its_own_burst() {
+        let mut m = memory();
+        let policy = rate_zone_policy("1r/m").unwrap();
+        let (capacity, len) = capacity_for(&policy, m.0.len() * 4096).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: the zone is dropped before the memory.
+        let region = unsafe { Region::from_raw(m.0.as_mut_ptr().cast(), len) };
+        let zone = Zone::open(region, &policy, capacity, OnFull::default(), "one").unwrap();
+        let wide = Some(Burst { burst: 99, delay: None });
+        let strict = Some(Burst { burst: 0, delay: Some(0) });
+        let ask = |burst| [Ask { zone: &zone, key: b"k".as_slice(), burst }];
+        let mut fields = String::new();
+        let admitted = (0..200).filter(|_| decide(&ask(wide), 1, &mut fields).admitted).count();
+        assert_eq!(admitted, 100, "burst=99 nodelay: 100 at once");
+        // The same key's one state, at the strict location's burst: full.
+        let v = decide(&ask(strict), 1, &mut fields);
+        assert_eq!((v.admitted, v.remaining), (false, 0));
+        // A fresh key at a delaying location: the second request waits a period (60 s, at
+        // nginx's 16 milli-requests a second: 1000 * 1000 / 16 ms).
+        let delaying = Some(Burst { burst: 5, delay: Some(0) });
+        let fresh = |burst| [Ask { zone: &zone, key: b"fresh".as_slice(), burst }];
+        assert_eq!(decide(&fresh(delaying), 1, &mut fields).delay_ns, 0);
+        let second = decide(&fresh(delaying), 1, &mut fields);
+        assert_eq!(
+            (second.admitted, second.delay_ns, second.remaining),
+            (true, 62_500 * 1_000_000, 4)
+        );
+        let at_99: Policy = "leaky-bucket rate=1r/m burst=99 nodelay compat=nginx".parse().unwrap();
+        assert_eq!(zone.policy_field_for(wide), at_99.ratelimit_policy_field("one"));
+        assert_eq!(zone.policy_field_for(None), policy.ratelimit_policy_field("one"));
+        // A burst above the zone's own is the zone's.
+        let over = Some(Burst { burst: u32::MAX, delay: None });
+        assert_eq!(zone.policy_field_for(over), zone.policy_field());
+        assert_eq!(policy_burst(&policy), Some(RATE_ZONE_BURST));
+        let token: Policy = "token-bucket capacity=3 rate=1/h".parse().unwrap();
+        assert_eq!((policy_burst(&token), narrowed_policy(&token, wide)), (None, None));
+        for bad in ["10", "r/s", "10r/h", "1.5r/s", "-1r/s", "10 r/s", ""] {
+            assert!(rate_zone_policy(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_zone_made_otherwise_is_refused() {
         let mut m = memory();
         let zone = m.zone("token-bucket capacity=3 rate=1/h", "z").unwrap();
@@ -305,7 +483,7 @@ mod tests {
         let other = m.zone("token-bucket capacity=4 rate=1/h", "z").err().unwrap();
         assert!(matches!(other, SharedError::Mismatch { field: "policy", .. }), "{other}");
         let again = m.zone("token-bucket capacity=3 rate=1/h", "z").unwrap();
-        let ask = |zone| [Ask { zone, key: b"k".as_slice() }];
+        let ask = |zone| [Ask { zone, key: b"k".as_slice(), burst: None }];
         let mut fields = String::new();
         assert!(decide(&ask(&zone), 3, &mut fields).admitted);
         assert!(!decide(&ask(&again), 1, &mut fields).admitted, "one table, seen twice");

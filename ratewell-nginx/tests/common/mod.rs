@@ -224,6 +224,7 @@ impl Drop for Nginx {
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl Response {
@@ -259,11 +260,48 @@ impl Client {
             *self = Client::connect(self.port);
             self.reader.get_mut().write_all(request.as_bytes()).unwrap();
         }
+        match self.read_response().unwrap() {
+            Some(response) => response,
+            None => {
+                *self = Client::connect(self.port);
+                self.get_with(target, headers)
+            }
+        }
+    }
+
+    /// GET `target`, or the error of a connection that broke (reconnected for the next).
+    pub fn try_get(&mut self, target: &str) -> std::io::Result<Response> {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        let sent = self.reader.get_mut().write_all(request.as_bytes());
+        let got = sent.and_then(|()| self.read_response()).and_then(|r| {
+            r.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed"))
+        });
+        if got.is_err() {
+            if let Ok(fresh) = TcpStream::connect(("127.0.0.1", self.port)) {
+                fresh.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                self.reader = BufReader::new(fresh);
+            }
+        }
+        got
+    }
+
+    /// GET every target, pipelined: written at once, so that nginx reads them in one go and
+    /// decides them at one of its cached instants; the responses in order.
+    pub fn pipelined(&mut self, targets: &[String]) -> Vec<Response> {
+        let requests: String = targets
+            .iter()
+            .map(|t| format!("GET {t} HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+            .collect();
+        self.reader.get_mut().write_all(requests.as_bytes()).unwrap();
+        targets.iter().map(|_| self.read_response().unwrap().expect("a response")).collect()
+    }
+
+    /// The next response; `None` when the connection was closed before one began.
+    fn read_response(&mut self) -> std::io::Result<Option<Response>> {
         let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
+        self.reader.read_line(&mut line)?;
         if line.is_empty() {
-            *self = Client::connect(self.port);
-            return self.get_with(target, headers);
+            return Ok(None);
         }
         let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect(&line);
         let mut headers = Vec::new();
@@ -271,7 +309,7 @@ impl Client {
         let mut close = false;
         loop {
             line.clear();
-            self.reader.read_line(&mut line).unwrap();
+            self.reader.read_line(&mut line)?;
             let text = line.trim_end();
             if text.is_empty() {
                 break;
@@ -287,11 +325,11 @@ impl Client {
             headers.push((name, value));
         }
         let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).unwrap();
+        self.reader.read_exact(&mut body)?;
         if close {
             *self = Client::connect(self.port);
         }
-        Response { status, headers }
+        Ok(Some(Response { status, headers, body }))
     }
 
     pub fn get(&mut self, target: &str) -> Response {
@@ -333,4 +371,86 @@ pub fn load(
 /// How many of `responses` have status `status`.
 pub fn with_status(responses: &[Response], status: u16) -> usize {
     responses.iter().filter(|r| r.status == status).count()
+}
+
+/// [`load`], tolerating connections that break (a worker killed): each request's response,
+/// or `None` where its connection broke; `during(done)` runs beside the clients, `done` counting
+/// the requests answered so far.
+pub fn load_tolerant(
+    port: u16,
+    connections: usize,
+    requests: usize,
+    target: impl Fn(usize) -> String + Sync,
+    during: impl FnOnce(&std::sync::atomic::AtomicUsize) + Send,
+) -> Vec<Option<Response>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let mut out: Vec<(usize, Option<Response>)> = std::thread::scope(|s| {
+        let side = s.spawn(|| during(&done));
+        let workers: Vec<_> = (0..connections)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut client = Client::connect(port);
+                    let mut got = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= requests {
+                            return got;
+                        }
+                        got.push((i, client.try_get(&target(i)).ok()));
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let out = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+        side.join().unwrap();
+        out
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// What one wrk run measured: requests answered, those not 2xx or 3xx, and its seconds.
+#[derive(Debug)]
+pub struct Wrk {
+    pub requests: u64,
+    pub non_2xx: u64,
+    pub seconds: f64,
+}
+
+impl Wrk {
+    /// Requests answered 2xx or 3xx a second.
+    pub fn admitted_per_second(&self) -> f64 {
+        (self.requests - self.non_2xx) as f64 / self.seconds
+    }
+
+    /// Requests answered a second.
+    pub fn offered_per_second(&self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+}
+
+/// wrk (Debian's; `WRK` names another) on `url` with `args`; fails, saying so, without wrk.
+pub fn wrk(url: &str, args: &[&str]) -> Wrk {
+    let bin = std::env::var("WRK").unwrap_or_else(|_| "wrk".to_string());
+    let out = Command::new(&bin)
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| panic!("no wrk ({bin}: {e}): apt-get install wrk, or set WRK"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "wrk failed: {text}");
+    // "  284325 requests in 3.01s, 109.60MB read" and "  Non-2xx or 3xx responses: 256635".
+    let line = text.lines().find(|l| l.contains(" requests in ")).expect(&text);
+    let mut words = line.split_whitespace();
+    let requests = words.next().and_then(|w| w.parse().ok()).expect(line);
+    let seconds = words.nth(2).and_then(|w| w.trim_end_matches(',').strip_suffix('s'));
+    let seconds = seconds.and_then(|w| w.parse().ok()).expect(line);
+    let non_2xx = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    Wrk { requests, non_2xx, seconds }
 }
