@@ -51,7 +51,7 @@ fn replay<M: Model>(
         };
         prop_assert_eq!(&got, &expected, "call {} at {} ns: {:?}", i, now, calls[i]);
         prop_assert_eq!(decision.limit(), u64::from(burst.min(own_burst)) + 1);
-        if refund && let Some(charge) = charge {
+        if let (true, Some(charge)) = (refund, charge) {
             limiter.refund(charge);
             model = before;
         }
