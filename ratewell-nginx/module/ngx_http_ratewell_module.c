@@ -1467,6 +1467,19 @@ ngx_http_ratewell_init(ngx_conf_t *cf)
 }
 
 
+/* A handle of this process's on the zone's table (NULL, the reason in `err`). */
+static ratewell_zone *
+ngx_http_ratewell_open(ngx_http_ratewell_ctx_t *ctx,
+    u_char err[NGX_HTTP_RATEWELL_ERR_LEN])
+{
+    return ratewell_zone_open(ctx->sh->region, ctx->sh->len,
+                              ctx->policy.data, ctx->policy.len,
+                              ctx->sh->capacity, (int32_t) ctx->refuse,
+                              ctx->name.data, ctx->name.len,
+                              err, NGX_HTTP_RATEWELL_ERR_LEN);
+}
+
+
 /* Each worker opens every zone's table for itself (its own counters), after the fork. */
 static ngx_int_t
 ngx_http_ratewell_init_process(ngx_cycle_t *cycle)
@@ -1492,12 +1505,7 @@ ngx_http_ratewell_init_process(ngx_cycle_t *cycle)
             continue;
         }
 
-        ctx->zone = ratewell_zone_open(ctx->sh->region, ctx->sh->len,
-                                       ctx->policy.data, ctx->policy.len,
-                                       ctx->sh->capacity,
-                                       (int32_t) ctx->refuse,
-                                       ctx->name.data, ctx->name.len,
-                                       err, sizeof(err));
+        ctx->zone = ngx_http_ratewell_open(ctx, err);
         if (ctx->zone == NULL) {
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                           "ratewell_zone \"%V\": %s", &ctx->name, err);
@@ -1578,11 +1586,7 @@ ngx_http_ratewell_exit_master(ngx_cycle_t *cycle)
             continue;
         }
 
-        zone = ratewell_zone_open(ctx->sh->region, ctx->sh->len,
-                                  ctx->policy.data, ctx->policy.len,
-                                  ctx->sh->capacity, (int32_t) ctx->refuse,
-                                  ctx->name.data, ctx->name.len,
-                                  err, sizeof(err));
+        zone = ngx_http_ratewell_open(ctx, err);
         if (zone == NULL) {
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                           "ratewell_zone \"%V\" not saved: %s", &ctx->name, err);
