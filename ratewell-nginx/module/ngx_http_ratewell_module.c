@@ -112,6 +112,8 @@ static void ngx_http_ratewell_cleanup(void *data);
 static ngx_int_t ngx_http_ratewell_metrics_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ratewell_zone *ngx_http_ratewell_open(ngx_http_ratewell_ctx_t *ctx,
+    u_char err[NGX_HTTP_RATEWELL_ERR_LEN]);
 static ngx_int_t ngx_http_ratewell_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratewell_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -878,11 +880,7 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     /* The first opening initialises the table; a later one (a reload) checks that the table
      * was made with this policy. The workers open it again after they fork. */
-    zone = ratewell_zone_open(ctx->sh->region, ctx->sh->len,
-                              ctx->policy.data, ctx->policy.len,
-                              ctx->sh->capacity, (int32_t) ctx->refuse,
-                              shm_zone->shm.name.data, shm_zone->shm.name.len,
-                              err, sizeof(err));
+    zone = ngx_http_ratewell_open(ctx, err);
     if (zone == NULL) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "ratewell_zone \"%V\": %s", &shm_zone->shm.name, err);
