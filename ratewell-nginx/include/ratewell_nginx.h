@@ -254,7 +254,8 @@ int64_t ratewell_zone_restore(ratewell_zone *zone,
 /**
  * Decide a request of `cost` (0 counts as 1) against the `n` asks, in order, all or nothing
  * (see [`decide`]); the verdict in `out`, the `RateLimit` field in `fields` when it fits in
- * `fields_cap` bytes. 0, or -1 when an ask names no zone (nothing is charged then).
+ * `fields_cap` bytes (a null `fields` or a `fields_cap` of 0 writes none, and then
+ * `fields_len` is 0). 0, or -1 when an ask names no zone (nothing is charged then).
  *
  * # Safety
  *

@@ -336,10 +336,10 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     ngx_msec_t                     delay;
     ngx_str_t                      key;
     ngx_uint_t                     i, n;
-    ratewell_ask                  *asks;
-    ngx_http_ratewell_ctx_t       *ctx, **asked;
+    ratewell_ask                  *asks, asks_kept[8];
+    ngx_http_ratewell_ctx_t       *ctx, **asked, *asked_kept[8];
     ngx_http_ratewell_req_t       *req;
-    ngx_http_ratewell_limit_t    **limits, **used;
+    ngx_http_ratewell_limit_t    **limits, **used, *used_kept[8];
     ngx_pool_cleanup_t            *cln;
     ngx_http_ratewell_loc_conf_t  *lcf;
     ratewell_verdict               verdict;
@@ -354,19 +354,38 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     }
 
     n = lcf->limits->nelts;
-    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(ngx_http_ratewell_req_t));
-    asks = ngx_palloc(r->pool, n * sizeof(ratewell_ask));
-    asked = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_ctx_t *));
-    used = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_limit_t *));
-    if (cln == NULL || asks == NULL || asked == NULL || used == NULL) {
+    /* The cleanup and the request's state in one allocation (ngx_pool_cleanup_add makes
+     * two): it is linked into the main request's pool as ngx_pool_cleanup_add links one. */
+    cln = ngx_palloc(r->main->pool,
+                     sizeof(ngx_pool_cleanup_t) + sizeof(ngx_http_ratewell_req_t));
+    if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_ratewell_cleanup;
+    cln->data = cln + 1;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
+
+    /* A location names a few zones: up to eight on the stack, more in the pool. */
+    if (n <= 8) {
+        asks = asks_kept;
+        asked = asked_kept;
+        used = used_kept;
+
+    } else {
+        asks = ngx_palloc(r->pool, n * sizeof(ratewell_ask));
+        asked = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_ctx_t *));
+        used = ngx_palloc(r->pool, n * sizeof(ngx_http_ratewell_limit_t *));
+        if (asks == NULL || asked == NULL || used == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     req = cln->data;
     req->status = 0;
     req->remaining = 0;
     req->retry_after = -1;
-    cln->handler = ngx_http_ratewell_cleanup;
     ngx_http_set_ctx(r->main, req, ngx_http_ratewell_module);
 
     limits = lcf->limits->elts;
@@ -402,19 +421,28 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         used[n] = limits[i];
         n++;
 
-        /* A field: the name as a string (each byte escaped at most once), then ";r=" and
-         * ";t=" with at most 15 digits each, and ", " between fields. */
-        cap += 2 * ctx->name.len + 48;
-        policy_len += limits[i]->policy_field.len + 2;
+        if (lcf->headers) {
+            /* A field: the name as a string (each byte escaped at most once), then ";r="
+             * and ";t=" with at most 15 digits each, and ", " between fields. */
+            cap += 2 * ctx->name.len + 48;
+            policy_len += limits[i]->policy_field.len + 2;
+        }
     }
 
     if (n == 0) {
         return NGX_DECLINED;
     }
 
-    fields = ngx_pnalloc(r->pool, cap);
-    if (fields == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    /* Without headers, the engine writes no RateLimit field. */
+    if (lcf->headers) {
+        fields = ngx_pnalloc(r->pool, cap);
+        if (fields == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+    } else {
+        fields = NULL;
+        cap = 0;
     }
 
     if (ratewell_decide(asks, n, 1, fields, cap, &verdict) != 0) {

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use ratewell::{OnFull, Policy, Region, SnapshotError};
 
-use crate::{Ask, Burst, Zone, capacity_for, decide, policy_burst, rate_zone_policy};
+use crate::{Ask, Burst, Zone, capacity_for, decide, decide_bare, policy_burst, rate_zone_policy};
 
 /// A worker's handle on a zone's table (opaque to C).
 pub struct RatewellZone(Zone);
@@ -428,7 +428,8 @@ thread_local! {
 
 /// Decide a request of `cost` (0 counts as 1) against the `n` asks, in order, all or nothing
 /// (see [`decide`]); the verdict in `out`, the `RateLimit` field in `fields` when it fits in
-/// `fields_cap` bytes. 0, or -1 when an ask names no zone (nothing is charged then).
+/// `fields_cap` bytes (a null `fields` or a `fields_cap` of 0 writes none, and then
+/// `fields_len` is 0). 0, or -1 when an ask names no zone (nothing is charged then).
 ///
 /// # Safety
 ///
@@ -458,9 +459,12 @@ pub unsafe extern "C" fn ratewell_decide(
     // A location names a few zones: up to eight on the stack, more on the heap.
     let Some(first) = raw.first().map(ask) else { return decide_none(out) };
     let Some(first) = first else { return -1 };
-    let mut inline = [first; 8];
+    let mut inline: [Ask<'_>; 8];
     let mut heap = Vec::new();
-    let list: &[Ask<'_>] = if n <= inline.len() {
+    let list: &[Ask<'_>] = if n == 1 {
+        std::slice::from_ref(&first)
+    } else if n <= 8 {
+        inline = [first; 8];
         for (slot, raw) in inline.iter_mut().zip(raw) {
             let Some(a) = ask(raw) else { return -1 };
             *slot = a;
@@ -474,6 +478,9 @@ pub unsafe extern "C" fn ratewell_decide(
         &heap
     };
     let verdict = catch_unwind(AssertUnwindSafe(|| {
+        if fields.is_null() || fields_cap == 0 {
+            return (decide_bare(list, cost.max(1)), 0);
+        }
         FIELDS.with(|kept| {
             let mut text = kept.borrow_mut();
             let verdict = decide(list, cost.max(1), &mut text);

@@ -226,6 +226,7 @@ pub struct Ask<'a> {
 }
 
 impl<'a> Ask<'a> {
+    #[inline]
     fn request(&self, cost: u32) -> ratewell::Request<'a, [u8], SharedClock> {
         let request = self.zone.limiter.request(self.key).cost(cost);
         match self.burst {
@@ -269,7 +270,60 @@ pub struct Verdict {
 /// `fields` is cleared and then holds the `RateLimit` field: every zone's, admitted; the
 /// rejecting zone's, rejected.
 pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
-    fields.clear();
+    decide_into(asks, cost, Some(fields))
+}
+
+/// [`decide`], writing no `RateLimit` field (for a location that sends no headers).
+///
+/// ```
+/// # use ratewell::{OnFull, Policy, Region};
+/// # use ratewell_nginx::{Ask, Zone, capacity_for, decide_bare};
+/// # let policy: Policy = "token-bucket capacity=1 rate=1/h".parse()?;
+/// # let (capacity, len) = capacity_for(&policy, 1 << 20).expect("1 MiB holds some keys");
+/// # #[repr(align(4096))] struct Page([u8; 4096]);
+/// # let mut memory: Vec<Page> = (0..len.div_ceil(4096)).map(|_| Page([0; 4096])).collect();
+/// # // SAFETY: the memory (page-aligned, zeroed) outlives the zone, and nothing else touches it.
+/// # let region = unsafe { Region::from_raw(memory.as_mut_ptr().cast(), len) };
+/// // `zone`: a Zone of "token-bucket capacity=1 rate=1/h", opened as in the crate's example.
+/// let zone = Zone::open(region, &policy, capacity, OnFull::default(), "api")?;
+/// let asks = [Ask { zone: &zone, key: b"10.0.0.1", burst: None }];
+/// assert!(decide_bare(&asks, 1).admitted);
+/// let rejected = decide_bare(&asks, 1);
+/// assert_eq!(rejected.retry_after_ns.map(|ns| ns.div_ceil(1_000_000_000)), Some(3600));
+/// # drop(zone);
+/// # drop(memory);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn decide_bare(asks: &[Ask<'_>], cost: u32) -> Verdict {
+    decide_into(asks, cost, None)
+}
+
+fn decide_into(asks: &[Ask<'_>], cost: u32, mut fields: Option<&mut String>) -> Verdict {
+    if let Some(fields) = fields.as_deref_mut() {
+        fields.clear();
+    }
+    // Most locations name one zone: nothing to give back, nothing after it to ask.
+    if let [ask] = asks {
+        let decision = ask.request(cost).check();
+        if let Some(fields) = fields {
+            decision.write_ratelimit_field(&ask.zone.name, fields);
+        }
+        let admitted = decision.is_admitted();
+        return Verdict {
+            admitted,
+            rejected_by: if admitted { None } else { Some(0) },
+            impossible: !admitted && decision.is_impossible(),
+            table_full: !admitted && decision.is_table_full(),
+            retry_after_ns: if admitted || decision.is_impossible() {
+                None
+            } else {
+                decision.retry_after_ns()
+            },
+            delay_ns: if admitted { decision.delay_ns() } else { 0 },
+            delayed_by: (admitted && decision.delay_ns() > 0).then_some(0),
+            remaining: decision.remaining(),
+        };
+    }
     // A location names a few zones: their charges on the stack, up to eight.
     let mut taken: [Option<Charge>; 8] = Default::default();
     let mut spilled: Vec<(usize, Charge)> = Vec::new();
@@ -286,8 +340,10 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
                     asks[j].zone.limiter.refund(charge);
                 }
             }
-            fields.clear();
-            decision.write_ratelimit_field(&ask.zone.name, fields);
+            if let Some(fields) = fields.as_deref_mut() {
+                fields.clear();
+                decision.write_ratelimit_field(&ask.zone.name, fields);
+            }
             // The wait is the longest of every zone that would reject it: the zones after
             // this one are asked too, and charged nothing.
             let mut verdict = Verdict {
@@ -315,10 +371,12 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
             }
             return verdict;
         }
-        if !fields.is_empty() {
-            fields.push_str(", ");
+        if let Some(fields) = fields.as_deref_mut() {
+            if !fields.is_empty() {
+                fields.push_str(", ");
+            }
+            decision.write_ratelimit_field(&ask.zone.name, fields);
         }
-        decision.write_ratelimit_field(&ask.zone.name, fields);
         if decision.delay_ns() > delay_ns {
             (delay_ns, delayed_by) = (decision.delay_ns(), Some(i));
         }
@@ -384,6 +442,71 @@ mod tests {
         let policy: Policy = "gcra rate=1/s burst=1".parse().unwrap();
         assert_eq!(capacity_for(&policy, 0), None);
         assert_eq!(capacity_for(&policy, usize::MAX).map(|(k, _)| k as u64), Some(MAX_KEYS));
+    }
+
+    #[test]
+    fn one_zone_decides_as_one_among_others_that_admit_all() {
+        // A location of one zone takes a shorter path; beside a zone that admits everything,
+        // the same zone takes the general one. Their verdicts agree.
+        for spec in ["token-bucket capacity=3 rate=1/h", "leaky-bucket rate=1r/m burst=2"] {
+            let (mut a, mut b, mut c) = (memory(), memory(), memory());
+            let alone = a.zone(spec, "z").unwrap();
+            let paired = b.zone(spec, "z").unwrap();
+            let open = c.zone("token-bucket capacity=1000000 rate=1000000/s", "open").unwrap();
+            let mut seed = 11u64;
+            for _ in 0..300 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let key = [b'a' + (seed >> 60) as u8 % 4];
+                let cost = 1 + (seed >> 40) as u32 % 4;
+                let x = decide_bare(&[Ask { zone: &alone, key: &key, burst: None }], cost);
+                let y = decide_bare(
+                    &[
+                        Ask { zone: &paired, key: &key, burst: None },
+                        Ask { zone: &open, key: &key, burst: None },
+                    ],
+                    cost,
+                );
+                assert_eq!(
+                    (x.admitted, x.rejected_by, x.impossible, x.table_full, x.delayed_by),
+                    (y.admitted, y.rejected_by, y.impossible, y.table_full, y.delayed_by),
+                    "{spec}"
+                );
+                assert_eq!(x.retry_after_ns.is_some(), y.retry_after_ns.is_some(), "{spec}");
+                assert_eq!(x.remaining, y.remaining, "{spec}");
+                assert!(x.delay_ns.abs_diff(y.delay_ns) < NS, "{spec}");
+            }
+        }
+    }
+
+    #[test]
+    fn without_fields_the_verdicts_are_the_same() {
+        let (mut a, mut b, mut c, mut d) = (memory(), memory(), memory(), memory());
+        let specs = ["token-bucket capacity=3 rate=1/h", "leaky-bucket rate=1r/m burst=2"];
+        let with = [a.zone(specs[0], "a").unwrap(), b.zone(specs[1], "b").unwrap()];
+        let bare = [c.zone(specs[0], "a").unwrap(), d.zone(specs[1], "b").unwrap()];
+        let mut fields = String::new();
+        let mut seed = 7u64;
+        for _ in 0..400 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let (k1, k2) = ([b'a' + (seed >> 60) as u8 % 5], [b'a' + (seed >> 56) as u8 % 5]);
+            let cost = 1 + (seed >> 40) as u32 % 2;
+            fn asks<'a>(z: &'a [Zone; 2], k1: &'a [u8], k2: &'a [u8]) -> [Ask<'a>; 2] {
+                [
+                    Ask { zone: &z[0], key: k1, burst: None },
+                    Ask { zone: &z[1], key: k2, burst: None },
+                ]
+            }
+            let x = decide(&asks(&with, &k1, &k2), cost, &mut fields);
+            let y = decide_bare(&asks(&bare, &k1, &k2), cost);
+            assert_eq!(
+                (x.admitted, x.rejected_by, x.impossible, x.remaining, x.delayed_by),
+                (y.admitted, y.rejected_by, y.impossible, y.remaining, y.delayed_by)
+            );
+            // The delays are the same but for the time between the two calls.
+            assert!(x.delay_ns.abs_diff(y.delay_ns) < NS, "{} and {}", x.delay_ns, y.delay_ns);
+            assert_eq!(x.retry_after_ns.is_some(), y.retry_after_ns.is_some());
+            assert!(!fields.is_empty());
+        }
     }
 
     #[test]

@@ -96,6 +96,40 @@ fn the_fields_are_the_engines_decisions() {
 }
 
 #[test]
+fn a_request_redirected_inside_nginx_is_decided_once() {
+    // try_files sends the request on (with its arguments, so its key) to another location
+    // after the limit's phase; that location names the same zone. An internal redirect clears
+    // the modules' contexts, so the decision is found again on the request's pool: each request
+    // is charged once, not twice.
+    let nginx = Nginx::start(
+        2,
+        r#"ratewell_zone $arg_k zone=api:1m policy="token-bucket capacity=4 rate=1/h";"#,
+        "location /r { ratewell zone=api; try_files /missing /next?$args; }
+         location /next { ratewell zone=api; add_header x-left $ratewell_remaining always;
+                          try_files /index.html =404; }",
+    );
+    let mut client = nginx.client();
+    let seen: Vec<(u16, Option<String>)> = (0..6)
+        .map(|_| {
+            let r = client.get("/r?k=a");
+            (r.status, r.header("x-left").map(str::to_string))
+        })
+        .collect();
+    let left = |n: &str| Some(n.to_string());
+    assert_eq!(
+        seen,
+        [
+            (200, left("3")),
+            (200, left("2")),
+            (200, left("1")),
+            (200, left("0")),
+            (429, None),
+            (429, None)
+        ]
+    );
+}
+
+#[test]
 fn two_zones_in_one_location_are_all_or_nothing() {
     let nginx = Nginx::start(
         2,
