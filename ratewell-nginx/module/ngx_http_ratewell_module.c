@@ -49,6 +49,9 @@ typedef struct {
 /* One ratewell_zone: its key, policy and table. */
 typedef struct {
     ngx_http_complex_value_t     key;
+    /* The key's variable when the key is one variable and nothing else ($binary_remote_addr),
+     * read without the script engine's copy; else NGX_ERROR. */
+    ngx_int_t                    key_index;
     ngx_str_t                    name;
     ngx_str_t                    policy;
     /* The policy's burst when it is a leaky bucket, else -1. */
@@ -294,7 +297,7 @@ ngx_http_ratewell_cleanup(void *data)
 }
 
 
-static ngx_http_ratewell_req_t *
+static ngx_inline ngx_http_ratewell_req_t *
 ngx_http_ratewell_decided(ngx_http_request_t *r)
 {
     ngx_pool_cleanup_t       *cln;
@@ -343,6 +346,7 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     ngx_pool_cleanup_t            *cln;
     ngx_http_ratewell_loc_conf_t  *lcf;
     ratewell_verdict               verdict;
+    ngx_http_variable_value_t     *vv;
 
     if (ngx_http_ratewell_decided(r->main) != NULL) {
         return NGX_DECLINED;
@@ -403,7 +407,18 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        if (ngx_http_complex_value(r, &ctx->key, &key) != NGX_OK) {
+        if (ctx->key_index != NGX_ERROR) {
+            /* As the complex value would give it, without its copy: a variable not found is
+             * the empty key. */
+            vv = ngx_http_get_flushed_variable(r, ctx->key_index);
+            if (vv == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            key.data = vv->data;
+            key.len = vv->not_found ? 0 : vv->len;
+
+        } else if (ngx_http_complex_value(r, &ctx->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -489,14 +504,14 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
             (void) ngx_atomic_fetch_add(&asked[i]->sh->admitted, 1);
         }
 
-        /* nginx's timers are whole milliseconds: a delay is rounded up to one. */
-        delay = (ngx_msec_t) (verdict.delay_ns / 1000000
-                              + (verdict.delay_ns % 1000000 != 0));
-
-        if (delay == 0) {
+        if (verdict.delay_ns == 0) {
             ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_PASSED);
             return NGX_DECLINED;
         }
+
+        /* nginx's timers are whole milliseconds: a delay is rounded up to one. */
+        delay = (ngx_msec_t) (verdict.delay_ns / 1000000
+                              + (verdict.delay_ns % 1000000 != 0));
 
         ctx = asked[verdict.delayed_by < n ? verdict.delayed_by : 0];
 
@@ -1053,6 +1068,28 @@ ngx_http_ratewell_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
         return NGX_CONF_ERROR;
+    }
+
+    ctx->key_index = NGX_ERROR;
+
+    if (value[1].len > 1 && value[1].data[0] == '$') {
+        s.data = value[1].data + 1;
+        s.len = value[1].len - 1;
+
+        for (j = 0; j < s.len; j++) {
+            if (!(s.data[j] == '_' || (s.data[j] >= '0' && s.data[j] <= '9')
+                  || ((s.data[j] | 0x20) >= 'a' && (s.data[j] | 0x20) <= 'z')))
+            {
+                break;
+            }
+        }
+
+        if (j == s.len) {
+            ctx->key_index = ngx_http_get_variable_index(cf, &s);
+            if (ctx->key_index == NGX_ERROR) {
+                return NGX_CONF_ERROR;
+            }
+        }
     }
 
     size = 0;

@@ -294,10 +294,12 @@ pub fn decide(asks: &[Ask<'_>], cost: u32, fields: &mut String) -> Verdict {
 /// # drop(memory);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[inline]
 pub fn decide_bare(asks: &[Ask<'_>], cost: u32) -> Verdict {
     decide_into(asks, cost, None)
 }
 
+#[inline]
 fn decide_into(asks: &[Ask<'_>], cost: u32, mut fields: Option<&mut String>) -> Verdict {
     if let Some(fields) = fields.as_deref_mut() {
         fields.clear();

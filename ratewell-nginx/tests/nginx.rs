@@ -237,6 +237,42 @@ fn any_key_bytes_are_decided() {
 }
 
 #[test]
+fn keys_of_one_variable_and_of_several_are_decided_alike() {
+    // A key of one variable is read directly; any other key through nginx's script engine.
+    // Both give the same keys, and an empty key is not limited.
+    let nginx = Nginx::start(
+        2,
+        concat!(
+            r#"ratewell_zone $arg_k zone=one:1m policy="token-bucket capacity=1 rate=1/h";"#,
+            "\n",
+            r#"ratewell_zone ${arg_k} zone=braced:1m policy="token-bucket capacity=1 rate=1/h";"#,
+            "\n",
+            r#"ratewell_zone $arg_a:$arg_b zone=two:1m policy="token-bucket capacity=1 rate=1/h";"#,
+        ),
+        &[
+            location("/one", &["one"], ""),
+            location("/braced", &["braced"], ""),
+            location("/two", &["two"], ""),
+        ]
+        .join("\n"),
+    );
+    let mut client = nginx.client();
+    for path in ["/one", "/braced"] {
+        let status = |c: &mut common::Client, q: &str| c.get(&format!("{path}{q}")).status;
+        assert_eq!(
+            [status(&mut client, "?k=x"), status(&mut client, "?k=x"), status(&mut client, "?k=y")],
+            [200, 429, 200],
+            "{path}"
+        );
+        assert_eq!([status(&mut client, ""), status(&mut client, "?k=")], [200, 200], "{path}");
+    }
+    let status = |c: &mut common::Client, q: &str| c.get(&format!("/two{q}")).status;
+    let seen =
+        ["?a=1&b=2", "?a=1&b=2", "?a=12", "?a=12", "?b=2", "?a=1"].map(|q| status(&mut client, q));
+    assert_eq!(seen, [200, 429, 200, 429, 200, 200]);
+}
+
+#[test]
 fn bad_configurations_fail_nginx_t_with_the_reason() {
     let ok = location("/", &["z"], "");
     let cases: &[(&str, &str, &str)] = &[
