@@ -35,6 +35,10 @@ pub(crate) struct Args {
     /// The burst B the token and leaky buckets allow at once (default: N).
     #[arg(long, requires = "limit")]
     burst: Option<u32>,
+    /// The reference every policy's decisions are judged against, request by request (default,
+    /// with --limit N/W: the exact sliding log, `sliding-log limit=N window=W`).
+    #[arg(long, value_name = "SPEC")]
+    against: Option<String>,
     /// A policy to compare (repeatable); added after the derived ones of --limit.
     #[arg(long = "policy", value_name = "SPEC")]
     policies: Vec<String>,
@@ -196,6 +200,15 @@ struct Run {
     charted: [u64; 2],
     /// Admissions of the charted key released after the trace's end (off the chart).
     late: u64,
+    /// Whether each request of the batch was admitted, for the comparison with the reference.
+    bits: Vec<bool>,
+    /// Requests admitted that the reference rejected, and rejected that it admitted.
+    wrong: [u64; 2],
+    /// Per key, whether any of its requests was decided otherwise than by the reference.
+    key_wrong: Vec<bool>,
+    keys_wrong: u64,
+    /// The reference itself, when it is not one of the policies compared: not in the table.
+    hidden: bool,
 }
 
 impl Run {
@@ -205,7 +218,9 @@ impl Run {
         while self.ever_rejected.len() < keys {
             self.peaks.add_key();
             self.ever_rejected.push(false);
+            self.key_wrong.push(false);
         }
+        self.bits.clear();
         // A group's keys are hashed and their buckets prefetched before the first is decided
         // (the clock is set per request, so the group is pipelined by hand rather than handed
         // to `batch`, which decides at one instant).
@@ -230,6 +245,7 @@ impl Run {
     #[inline]
     fn record(&mut self, decision: Decision, id: u32, t: u64, cost: u32, bucket: Option<u64>) {
         let admitted = decision.is_admitted();
+        self.bits.push(admitted);
         if admitted {
             self.admitted += 1;
             // What reaches the service: a delayed request when it is released.
@@ -261,6 +277,22 @@ struct Request {
     t: u64,
     id: u32,
     cost: u32,
+}
+
+impl Run {
+    /// Count where this run's decisions of `batch` differ from the reference's (`bits`).
+    fn judge(&mut self, reference: &[bool], batch: &[Request]) {
+        for ((&mine, &theirs), r) in self.bits.iter().zip(reference).zip(batch) {
+            if mine != theirs {
+                self.wrong[usize::from(theirs)] += 1;
+                let flag = &mut self.key_wrong[r.id as usize];
+                if !*flag {
+                    *flag = true;
+                    self.keys_wrong += 1;
+                }
+            }
+        }
+    }
 }
 
 /// Requests parsed before the policies decide them.
@@ -382,6 +414,33 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     if entries.is_empty() {
         return Err("nothing to compare: give --limit N/W or --policy SPEC".into());
     }
+    // The reference: --against, else with --limit the exact sliding log at N per W. One of the
+    // policies compared when it is the same policy; else decided beside them, not shown.
+    let reference = match (&args.against, own_span) {
+        (Some(spec), _) => {
+            let policy: Policy = spec.parse().map_err(|e| format!("--against {spec}: {e}"))?;
+            Some(policy)
+        }
+        (None, Some((span, n))) => {
+            match Policy::new(Parameters::SlidingLog { limit: n as u32, window_ns: span }) {
+                Ok(policy) => Some(policy),
+                Err(e) => {
+                    eprintln!("ratewell: compare: no wrong-decision counts: the sliding log: {e}");
+                    None
+                }
+            }
+        }
+        (None, None) => None,
+    };
+    let shown_policies = entries.len();
+    let reference_index = reference.map(|policy| {
+        let text = policy.to_string();
+        entries.iter().position(|e| e.policy.to_string() == text).unwrap_or_else(|| {
+            let (span_ns, limit) = own_span.unwrap_or((policy.window_ns(), policy.limit()));
+            entries.push(Entry { policy, span_ns: span_ns.max(1), limit });
+            entries.len() - 1
+        })
+    });
     // Fail on an unwritable output before the work, not after it.
     let svg = args.svg.as_deref().map(|p| AtomicFile::create(p, "--svg")).transpose()?;
     let png = args.png.as_deref().map(|p| AtomicFile::create(p, "--png")).transpose()?;
@@ -426,9 +485,17 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
                 series: chart_plan.map_or(Vec::new(), |(_, _, buckets)| vec![[0, 0]; buckets]),
                 charted: [0, 0],
                 late: 0,
+                bits: Vec::with_capacity(BATCH),
+                wrong: [0, 0],
+                key_wrong: Vec::new(),
+                keys_wrong: 0,
+                hidden: false,
             })
         })
         .collect::<Result<_, String>>()?;
+    for run in &mut runs[shown_policies..] {
+        run.hidden = true;
+    }
     let charted = chart_plan.map(|(key, width, _)| (key, width));
     // Asked once: on Linux the answer reads the affinity mask and the cgroup's CPU quota.
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
@@ -470,13 +537,21 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         requests += batch.len() as u64;
         end = last.t;
         decide_all(&mut runs, per_thread, &batch, keys.len(), charted);
+        if let Some(at) = reference_index {
+            let reference = std::mem::take(&mut runs[at].bits);
+            for run in &mut runs {
+                run.judge(&reference, &batch);
+            }
+            runs[at].bits = reference;
+        }
         progress.update(reader.bytes(), reader.lines());
     }
     progress.finish(reader.lines());
     let copy = reader.into_inner().into_inner().finish();
 
     let mut out = std::io::stdout().lock();
-    let table = report(&args.trace, requests, keys.len(), end, &mut runs);
+    let against = reference_index.map(|at| runs[at].entry.policy.to_string());
+    let table = report(&args.trace, requests, keys.len(), end, &mut runs, against.as_deref());
     out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
     let again =
         if regular { Some(args.trace.as_path()) } else { copy.as_ref().map(TempFile::path) };
@@ -485,6 +560,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         if evictions == 0 {
             continue;
         }
+        let what = if run.hidden { "the reference " } else { "" };
         let search = match again {
             _ if !args.find_capacity => spool::Search::NotAsked,
             Some(trace) => {
@@ -497,7 +573,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             }
             None => spool::Search::Unreadable,
         };
-        let what = format!("compare: {}: ", run.entry.policy);
+        let what = format!("compare: {what}{}: ", run.entry.policy);
         eprintln!(
             "{}",
             spool::eviction_note(&what, evictions, run.limiter.metrics().capacity, search)
@@ -521,6 +597,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             unit: if unit_costs { "requests" } else { "cost" },
             panels: runs
                 .iter()
+                .filter(|run| !run.hidden)
                 .map(|run| Panel {
                     label: run.entry.policy.to_string(),
                     note: match (run.delays.is_some(), run.late) {
@@ -554,8 +631,15 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The comparison table.
-fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) -> String {
+/// The comparison table; with a reference, the wrong-decision columns.
+fn report(
+    trace: &Path,
+    requests: u64,
+    keys: usize,
+    end: u64,
+    runs: &mut [Run],
+    against: Option<&str>,
+) -> String {
     let mut rows = vec![
         [
             "policy",
@@ -566,13 +650,15 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
             "delay p50",
             "p99",
             "max",
+            "wrong: admitted",
+            "wrong: rejected",
+            "keys wrong",
         ]
         .map(String::from),
     ];
-    for run in runs.iter_mut() {
-        let percent = |part: u64, whole: u64| {
-            if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
-        };
+    let percent =
+        |part: u64, whole: u64| if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 };
+    for run in runs.iter_mut().filter(|run| !run.hidden) {
         let total = run.admitted + run.rejected;
         let mut row = [
             run.entry.policy.to_string(),
@@ -580,6 +666,9 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
             format!("{} ({:.1}%)", run.rejected, percent(run.rejected, total)),
             format!("{} ({})", run.peaks.peak, duration(run.entry.span_ns)),
             format!("{} of {keys}", run.keys_rejected),
+            "-".into(),
+            "-".into(),
+            "-".into(),
             "-".into(),
             "-".into(),
             "-".into(),
@@ -595,6 +684,12 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
             row[6] = at(0.99);
             row[7] = at(1.0);
         }
+        if against.is_some() {
+            // Shares of all requests, fine enough for Cloudflare's 0.003%.
+            row[8] = format!("{} ({:.4}%)", run.wrong[0], percent(run.wrong[0], total));
+            row[9] = format!("{} ({:.4}%)", run.wrong[1], percent(run.wrong[1], total));
+            row[10] = format!("{} of {keys}", run.keys_wrong);
+        }
         rows.push(row);
     }
     let mut text = format!(
@@ -602,8 +697,22 @@ fn report(trace: &Path, requests: u64, keys: usize, end: u64, runs: &mut [Run]) 
         trace.display(),
         duration(end)
     );
-    text += &table::render(&rows, &[0]);
+    if against.is_some() {
+        text += &table::render(&rows, &[0]);
+    } else {
+        // No reference: no wrong-decision columns.
+        let rows: Vec<[String; 8]> =
+            rows.iter().map(|row| std::array::from_fn(|i| row[i].clone())).collect();
+        text += &table::render(&rows, &[0]);
+    }
     text += "peak: the most cost one key had admitted within any span of that length (a delayed \
              request counts when it is released).\n";
+    if let Some(reference) = against {
+        text += &format!(
+            "wrong: the requests a policy admitted that the reference ({reference}) rejected, \
+             and rejected that it admitted, deciding the same requests (a delayed request is \
+             admitted); their share of all requests, and the keys of those requests.\n"
+        );
+    }
     text
 }
