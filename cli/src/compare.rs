@@ -11,10 +11,12 @@ use ratewell::{Decision, KeyedLimiter, ManualClock, Parameters, Policy};
 /// Requests whose buckets are fetched together.
 const GROUP: usize = KeyedLimiter::<u32, ManualClock>::BATCH_GROUP;
 
-use ratewell_cli::trace::Reader;
+use ratewell_cli::logs::{COMBINED, Template};
+use ratewell_cli::trace::{Reader, Request as TraceRequest};
 
 use crate::chart::{self, Chart, Panel};
 use crate::duration::duration;
+use crate::input::{LogInput, total_size};
 use crate::output::AtomicFile;
 use crate::progress::FileProgress;
 use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
@@ -24,8 +26,31 @@ use crate::table;
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The trace: `t_ns,key[,cost]` per line, as for `replay`; `-` for standard input. A chart
-    /// reads the trace twice: with `--svg` or `--png` it must be a file.
+    /// reads the trace twice: with `--svg` or `--png` it must be a file. With --log, an access
+    /// log (gzipped or not), and more may follow, read in order (rotated logs: oldest first).
     trace: PathBuf,
+    /// More access logs, after the first, with --log.
+    #[arg(requires = "log")]
+    more: Vec<PathBuf>,
+    /// Read access logs instead of a trace: `nginx` (with --log-format, else nginx's predefined
+    /// `combined`) or `combined`.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log: Option<LogKind>,
+    /// The nginx `log_format` string the log was written with, e.g. '$remote_addr [$time_local]
+    /// "$request" $status $msec'; its time is `$msec`, `$time_iso8601` or `$time_local`.
+    #[arg(long, value_name = "FORMAT", requires = "log")]
+    log_format: Option<String>,
+    /// With --log, what a request's key is: variables of the format with any text between
+    /// (`$remote_addr`, `$http_x_api_key $uri`). Default: `$remote_addr`.
+    #[arg(long, requires = "log")]
+    key: Option<String>,
+    /// With --log, the variable whose value is a request's cost (e.g. `$body_bytes_sent`; `-`
+    /// and 0 count as 1). Default: 1 a request.
+    #[arg(long, value_name = "VARIABLE", requires = "log")]
+    cost: Option<String>,
+    /// With --log, stop at the first line that does not parse instead of counting it.
+    #[arg(long, requires = "log")]
+    strict: bool,
     /// The limit to compare the algorithms at, `N/W` (e.g. `20/10s`, `100/s`, `5/250ms`): each
     /// algorithm gets its equivalent policy (token buckets of capacity B at N/W, Envoy-style with N
     /// tokens every W, nginx leaky buckets at N/W with burst B-1, nodelay and delayed; fixed
@@ -49,8 +74,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     png: Option<PathBuf>,
     /// The key the chart shows (limits are per key); default: the key with the most requests.
-    #[arg(long)]
-    key: Option<String>,
+    #[arg(long, value_name = "KEY")]
+    chart_key: Option<String>,
     /// Keys each policy's table holds, and never more (see `replay --capacity`; evictions of live
     /// keys are reported on stderr).
     #[arg(long, default_value_t = DEFAULT_CAPACITY)]
@@ -59,6 +84,61 @@ pub(crate) struct Args {
     /// to name the smallest that evicts none (see `replay --find-capacity`).
     #[arg(long)]
     find_capacity: bool,
+}
+
+/// The access-log formats of --log.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogKind {
+    /// nginx's `log_format` (--log-format), `combined` by default.
+    Nginx,
+    /// nginx's predefined `combined` format.
+    Combined,
+}
+
+/// Where requests come from: a trace, or access logs.
+enum Source {
+    Trace(Reader<BufReader<Tee<Box<dyn Read>>>>),
+    Logs(Box<LogInput>),
+}
+
+impl Source {
+    #[inline]
+    fn next(&mut self) -> Result<Option<TraceRequest<'_>>, String> {
+        match self {
+            Source::Trace(reader) => reader.next().map_err(|e| e.to_string()),
+            Source::Logs(logs) => logs.next(),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Source::Trace(reader) => reader.bytes(),
+            Source::Logs(logs) => logs.bytes(),
+        }
+    }
+
+    fn lines(&self) -> u64 {
+        match self {
+            Source::Trace(reader) => reader.lines(),
+            Source::Logs(logs) => logs.lines(),
+        }
+    }
+}
+
+/// The template of --log, or `None` for a trace.
+fn template(args: &Args) -> Result<Option<Template>, String> {
+    let format = match (args.log, &args.log_format) {
+        (None, _) => return Ok(None),
+        (Some(LogKind::Combined), Some(_)) => {
+            return Err("--log combined is a format of its own: give --log nginx with \
+                        --log-format"
+                .into());
+        }
+        (Some(_), Some(f)) => f.as_str(),
+        (Some(_), None) => COMBINED,
+    };
+    let key = args.key.as_deref().unwrap_or("$remote_addr");
+    Template::nginx(format, key, args.cost.as_deref()).map(Some)
 }
 
 /// One policy being compared.
@@ -379,18 +459,16 @@ fn open(path: &Path) -> Result<(File, u64), String> {
 }
 
 /// The first pass of a charted comparison: every key's number of requests and the trace's end.
-fn survey(path: &Path, keys: &mut Keys) -> Result<u64, String> {
-    let (file, size) = open(path)?;
-    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, file));
-    let mut progress = FileProgress::new("compare: reading", Some(size), PROGRESS_BYTES);
+fn survey(source: &mut Source, size: Option<u64>, keys: &mut Keys) -> Result<u64, String> {
+    let mut progress = FileProgress::new("compare: reading", size, PROGRESS_BYTES);
     let mut end = 0;
-    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
+    while let Some(request) = source.next()? {
         end = request.t;
         let id = keys.id(request.key)?;
         keys.requests[id as usize] += 1;
-        progress.update(reader.bytes(), reader.lines());
+        progress.update(source.bytes(), source.lines());
     }
-    progress.finish(reader.lines());
+    progress.finish(source.lines());
     Ok(end)
 }
 
@@ -445,14 +523,36 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let svg = args.svg.as_deref().map(|p| AtomicFile::create(p, "--svg")).transpose()?;
     let png = args.png.as_deref().map(|p| AtomicFile::create(p, "--png")).transpose()?;
 
+    let template = template(args)?;
+    let mut logs: Vec<PathBuf> = vec![args.trace.clone()];
+    logs.extend(args.more.iter().cloned());
+    if template.is_some() && args.find_capacity {
+        return Err("--find-capacity reads a trace again: not with --log".into());
+    }
     let mut keys = Keys::default();
     let charting = svg.is_some() || png.is_some();
+    if charting && logs.iter().any(|l| l.as_os_str() == "-") {
+        return Err("a chart reads its input twice: --svg and --png need files, not -".into());
+    }
     let chart_plan = if charting {
-        let end = survey(&args.trace, &mut keys)?;
-        let key = match &args.key {
+        let end = match &template {
+            Some(t) => {
+                let mut source =
+                    Source::Logs(Box::new(LogInput::new(t.clone(), logs.clone(), args.strict)));
+                survey(&mut source, total_size(&logs), &mut keys)?
+            }
+            None => {
+                let (file, size) = open(&args.trace)?;
+                let input: Box<dyn Read> = Box::new(file);
+                let reader =
+                    Reader::new(BufReader::with_capacity(1 << 16, Tee::new_if(input, false)));
+                survey(&mut Source::Trace(reader), Some(size), &mut keys)?
+            }
+        };
+        let key = match &args.chart_key {
             Some(k) => keys
                 .find(k.as_bytes())
-                .ok_or_else(|| format!("--key {k}: no request of the trace has this key"))?,
+                .ok_or_else(|| format!("--chart-key {k}: no request of the trace has this key"))?,
             // The busiest key; the first one seen among equals.
             None => (0..keys.len() as u32)
                 .max_by_key(|&id| (keys.requests[id as usize], std::cmp::Reverse(id)))
@@ -503,7 +603,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
 
     // A file, or a pipe (no chart: read once), copied as it is read should it be needed again.
     let stdin = args.trace.as_os_str() == "-";
-    let (input, size): (Box<dyn Read>, Option<u64>) = if stdin {
+    let (input, size): (Box<dyn Read>, Option<u64>) = if template.is_some() {
+        (Box::new(io::empty()), total_size(&logs))
+    } else if stdin {
         (Box::new(io::stdin().lock()), None)
     } else if charting {
         let (file, size) = open(&args.trace)?;
@@ -518,9 +620,12 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         }
         (Box::new(file), meta.is_file().then_some(meta.len()))
     };
-    let regular = size.is_some();
+    let regular = size.is_some() && template.is_none();
     let tee = Tee::new_if(input, !regular && args.find_capacity);
-    let mut reader = Reader::new(BufReader::with_capacity(1 << 16, tee));
+    let mut reader = match &template {
+        Some(t) => Source::Logs(Box::new(LogInput::new(t.clone(), logs, args.strict))),
+        None => Source::Trace(Reader::new(BufReader::with_capacity(1 << 16, tee))),
+    };
     let mut progress = FileProgress::new("compare", size, PROGRESS_BYTES);
     let (mut requests, mut end, mut unit_costs) = (0u64, 0u64, true);
     let mut batch = Vec::with_capacity(BATCH);
@@ -528,7 +633,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         // Parse a batch here, then let every policy decide it, in parallel across policies.
         batch.clear();
         while batch.len() < BATCH {
-            let Some(request) = reader.next().map_err(|e| e.to_string())? else { break };
+            let Some(request) = reader.next()? else { break };
             let id = keys.id(request.key)?;
             unit_costs &= charted.is_none_or(|(key, _)| key != id) || request.cost == 1;
             batch.push(Request { t: request.t, id, cost: request.cost });
@@ -547,7 +652,16 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         progress.update(reader.bytes(), reader.lines());
     }
     progress.finish(reader.lines());
-    let copy = reader.into_inner().into_inner().finish();
+    let copy = match reader {
+        Source::Trace(reader) => reader.into_inner().into_inner().finish(),
+        Source::Logs(logs) => {
+            eprintln!("ratewell: compare: {}", logs.summary());
+            if logs.found.requests == 0 {
+                return Err("no line of the log could be read as a request".into());
+            }
+            None
+        }
+    };
 
     let mut out = std::io::stdout().lock();
     let against = reference_index.map(|at| runs[at].entry.policy.to_string());

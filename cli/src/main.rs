@@ -4,6 +4,7 @@ mod bench;
 mod chart;
 mod compare;
 mod duration;
+mod input;
 mod output;
 mod progress;
 mod replay;

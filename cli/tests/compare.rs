@@ -150,7 +150,16 @@ fn the_chart_shows_the_busiest_key_unless_told() {
     let title = format!("key {busiest} ({} requests)", count(busiest));
     assert!(fs::read_to_string(svg).unwrap().contains(&title), "{title}");
     let run = ratewell(
-        &["compare", "../examples/sample.csv", "--limit", "2/s", "--svg", svg, "--key", "dave"],
+        &[
+            "compare",
+            "../examples/sample.csv",
+            "--limit",
+            "2/s",
+            "--svg",
+            svg,
+            "--chart-key",
+            "dave",
+        ],
         "",
     );
     assert_eq!(run.code, Some(0), "{}", run.err);
@@ -201,7 +210,7 @@ fn bad_input_exits_2_and_leaves_nothing_half_written() {
         (&["compare", bad, "--limit", "1/s", "--svg", out, "--png", png], "line 3"),
         (&["compare", good, "--limit", "1/s", "--svg", "/no/such/dir/c.svg"], "--svg"),
         (&["compare", good, "--limit", "1/s", "--png", dir.to_str().unwrap()], "--png"),
-        (&["compare", good, "--limit", "1/s", "--svg", out, "--key", "zed"], "--key"),
+        (&["compare", good, "--limit", "1/s", "--svg", out, "--chart-key", "zed"], "--chart-key"),
     ];
     for (args, needle) in cases {
         let run = ratewell(args, "");
