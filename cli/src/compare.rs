@@ -11,7 +11,7 @@ use ratewell::{Decision, KeyedLimiter, ManualClock, Parameters, Policy};
 /// Requests whose buckets are fetched together.
 const GROUP: usize = KeyedLimiter::<u32, ManualClock>::BATCH_GROUP;
 
-use ratewell_cli::logs::{COMBINED, Template};
+use ratewell_cli::logs::{COMBINED, ENVOY_DEFAULT, JsonTemplate, LogFormat, Template};
 use ratewell_cli::trace::{Reader, Request as TraceRequest};
 
 use crate::chart::{self, Chart, Panel};
@@ -33,21 +33,32 @@ pub(crate) struct Args {
     #[arg(requires = "log")]
     more: Vec<PathBuf>,
     /// Read access logs instead of a trace: `nginx` (with --log-format, else nginx's predefined
-    /// `combined`) or `combined`.
+    /// `combined`), `combined`, `envoy` (with --log-format, else Envoy's default format) or
+    /// `json` (one object a line; see --time-field).
     #[arg(long, value_enum, value_name = "FORMAT")]
     log: Option<LogKind>,
-    /// The nginx `log_format` string the log was written with, e.g. '$remote_addr [$time_local]
-    /// "$request" $status $msec'; its time is `$msec`, `$time_iso8601` or `$time_local`.
+    /// The format the log was written with: nginx's `log_format` string (e.g. '$remote_addr
+    /// [$time_local] "$request" $status'; its time `$msec`, `$time_iso8601` or `$time_local`)
+    /// or Envoy's (`%START_TIME%` its time, in Envoy's default format).
     #[arg(long, value_name = "FORMAT", requires = "log")]
     log_format: Option<String>,
     /// With --log, what a request's key is: variables of the format with any text between
-    /// (`$remote_addr`, `$http_x_api_key $uri`). Default: `$remote_addr`.
+    /// (`$remote_addr`, `$http_x_api_key $uri`; Envoy's `%REQ(X-FORWARDED-FOR)%`; JSON fields
+    /// as `$name`, `$a.b` or `${any name}`). Default: `$remote_addr`, Envoy's
+    /// `%REQ(X-FORWARDED-FOR)%`, JSON's `$remote_addr`.
     #[arg(long, requires = "log")]
     key: Option<String>,
     /// With --log, the variable whose value is a request's cost (e.g. `$body_bytes_sent`; `-`
     /// and 0 count as 1). Default: 1 a request.
     #[arg(long, value_name = "VARIABLE", requires = "log")]
     cost: Option<String>,
+    /// With --log json, the field of a line's time (a path through objects: `a.b`).
+    #[arg(long, value_name = "FIELD", default_value = "time", requires = "log")]
+    time_field: String,
+    /// With --log json, how the time is written: `rfc3339` (a string), or a number of `s`,
+    /// `ms`, `us` or `ns` since the epoch.
+    #[arg(long, value_name = "UNIT", default_value = "rfc3339", requires = "log")]
+    time_unit: String,
     /// With --log, stop at the first line that does not parse instead of counting it.
     #[arg(long, requires = "log")]
     strict: bool,
@@ -93,6 +104,10 @@ enum LogKind {
     Nginx,
     /// nginx's predefined `combined` format.
     Combined,
+    /// Envoy's access log format (--log-format), its default by default.
+    Envoy,
+    /// JSON lines (--time-field, --time-unit).
+    Json,
 }
 
 /// Where requests come from: a trace, or access logs.
@@ -125,20 +140,41 @@ impl Source {
     }
 }
 
-/// The template of --log, or `None` for a trace.
-fn template(args: &Args) -> Result<Option<Template>, String> {
-    let format = match (args.log, &args.log_format) {
-        (None, _) => return Ok(None),
-        (Some(LogKind::Combined), Some(_)) => {
+/// The format of --log, or `None` for a trace.
+fn template(args: &Args) -> Result<Option<LogFormat>, String> {
+    let Some(kind) = args.log else { return Ok(None) };
+    let (json, envoy) = (matches!(kind, LogKind::Json), matches!(kind, LogKind::Envoy));
+    if !json && (args.time_field != "time" || args.time_unit != "rfc3339") {
+        return Err("--time-field and --time-unit are for --log json".into());
+    }
+    let format = match (kind, &args.log_format) {
+        (LogKind::Combined, Some(_)) => {
             return Err("--log combined is a format of its own: give --log nginx with \
                         --log-format"
                 .into());
         }
-        (Some(_), Some(f)) => f.as_str(),
-        (Some(_), None) => COMBINED,
+        (LogKind::Json, Some(_)) => {
+            return Err(
+                "--log json has no --log-format: name its fields (--key, --time-field)".into()
+            );
+        }
+        (_, Some(f)) => f.as_str(),
+        (LogKind::Envoy, None) => ENVOY_DEFAULT,
+        (_, None) => COMBINED,
     };
-    let key = args.key.as_deref().unwrap_or("$remote_addr");
-    Template::nginx(format, key, args.cost.as_deref()).map(Some)
+    let key = args.key.as_deref().unwrap_or(if envoy {
+        "%REQ(X-FORWARDED-FOR)%"
+    } else {
+        "$remote_addr"
+    });
+    let cost = args.cost.as_deref();
+    Ok(Some(match kind {
+        LogKind::Json => {
+            LogFormat::Json(JsonTemplate::new(&args.time_field, &args.time_unit, key, cost)?)
+        }
+        LogKind::Envoy => LogFormat::Text(Template::envoy(format, key, cost)?),
+        LogKind::Nginx | LogKind::Combined => LogFormat::Text(Template::nginx(format, key, cost)?),
+    }))
 }
 
 /// One policy being compared.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use flate2::read::MultiGzDecoder;
-use ratewell_cli::logs::{Template, TimeKind};
+use ratewell_cli::logs::LogFormat;
 use ratewell_cli::trace::Request;
 
 /// A line at most this much earlier than the latest before it is decided at that latest time
@@ -48,13 +48,13 @@ pub(crate) struct Found {
     pub(crate) too_early: u64,
     /// Requests at the same instant as the one before.
     pub(crate) same_instant: u64,
-    /// Whether any time had a part below the format's whole seconds.
-    pub(crate) sub_second: bool,
+    /// The finest a time was written to: 0 whole seconds, 1 ms, 2 µs, 3 ns.
+    pub(crate) finest: u8,
 }
 
 /// Access logs as requests.
 pub(crate) struct LogInput {
-    template: Template,
+    template: LogFormat,
     strict: bool,
     files: Vec<PathBuf>,
     next_file: usize,
@@ -78,7 +78,7 @@ pub(crate) fn total_size(files: &[PathBuf]) -> Option<u64> {
 }
 
 impl LogInput {
-    pub(crate) fn new(template: Template, files: Vec<PathBuf>, strict: bool) -> Self {
+    pub(crate) fn new(template: LogFormat, files: Vec<PathBuf>, strict: bool) -> Self {
         LogInput {
             template,
             strict,
@@ -96,10 +96,6 @@ impl LogInput {
             latest: 0,
             found: Found::default(),
         }
-    }
-
-    pub(crate) fn time_kind(&self) -> TimeKind {
-        self.template.time_kind()
     }
 
     /// Open the next file: gzipped when it starts with gzip's magic bytes.
@@ -200,7 +196,13 @@ impl LogInput {
             if self.found.requests > 0 && t == self.latest {
                 self.found.same_instant += 1;
             }
-            self.found.sub_second |= line.t % 1_000_000_000 != 0;
+            let finest = match line.t {
+                t if t % 1_000_000_000 == 0 => 0,
+                t if t % 1_000_000 == 0 => 1,
+                t if t % 1_000 == 0 => 2,
+                _ => 3,
+            };
+            self.found.finest = self.found.finest.max(finest);
             self.latest = t;
             self.found.requests += 1;
             return Ok(Some(Request { t, key: &self.key, cost: line.cost }));
@@ -236,10 +238,8 @@ impl LogInput {
                 f.most_reordered_ns.div_ceil(1_000_000)
             );
         }
-        let resolution = match (self.time_kind(), f.sub_second) {
-            (TimeKind::Msec, true) => "milliseconds",
-            _ => "whole seconds",
-        };
+        let resolution =
+            ["whole seconds", "milliseconds", "microseconds", "nanoseconds"][usize::from(f.finest)];
         let share =
             if f.requests == 0 { 0.0 } else { f.same_instant as f64 * 100.0 / f.requests as f64 };
         text += &format!(

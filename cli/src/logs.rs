@@ -5,6 +5,14 @@
 
 use std::fmt;
 
+/// Envoy's default access log format (its `%START_TIME%` written as `2016-04-15T20:17:00.310Z`).
+pub const ENVOY_DEFAULT: &str = concat!(
+    r#"[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" "#,
+    r#"%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% "#,
+    r#"%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" "#,
+    r#""%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%""#
+);
+
 /// nginx's predefined `combined` format.
 pub const COMBINED: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
 
@@ -127,8 +135,86 @@ enum Piece {
     Variable(String),
 }
 
-/// Split an nginx format string into literals and variables (`$name` or `${name}`).
-fn pieces(format: &str, what: &str) -> Result<Vec<Piece>, String> {
+/// Whose format strings: nginx's `$name`, or Envoy's `%COMMAND%` and `%COMMAND(arg)%`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    Nginx,
+    Envoy,
+}
+
+/// Split a format string into literals and variables.
+fn pieces(format: &str, what: &str, dialect: Dialect) -> Result<Vec<Piece>, String> {
+    match dialect {
+        Dialect::Nginx => nginx_pieces(format, what),
+        Dialect::Envoy => envoy_pieces(format, what),
+    }
+}
+
+/// Envoy's format: `%COMMAND%` or `%COMMAND(argument)%` (upper-case commands; `%%` is a `%`).
+fn envoy_pieces(format: &str, what: &str) -> Result<Vec<Piece>, String> {
+    let bytes = format.as_bytes();
+    let (mut pieces, mut literal, mut i) = (Vec::new(), Vec::new(), 0);
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            literal.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        if bytes.get(i + 1) == Some(&b'%') {
+            literal.push(b'%');
+            i += 2;
+            continue;
+        }
+        // The command, then an argument in parentheses (which may hold a `%`), then `%`.
+        let command_len = bytes[i + 1..]
+            .iter()
+            .take_while(|&&b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            .count();
+        let mut end = i + 1 + command_len;
+        if bytes.get(end) == Some(&b'(') {
+            end += bytes[end..]
+                .iter()
+                .position(|&b| b == b')')
+                .ok_or_else(|| format!("{what}: a `(` at byte {end} without its `)`"))?
+                + 1;
+        }
+        if command_len == 0 || bytes.get(end) != Some(&b'%') {
+            let shown: String = format[i..].chars().take(24).collect();
+            return Err(match bytes[i + 1..].iter().position(|&b| b == b'%') {
+                None => format!("{what}: a `%` at byte {i} without its closing `%`"),
+                Some(_) => format!(
+                    "{what}: `{shown}` is not an Envoy command (%COMMAND% or %COMMAND(ARG)%)"
+                ),
+            });
+        }
+        let name = &format[i + 1..end];
+        let len = end - i - 1;
+        let command = &format[i + 1..i + 1 + command_len];
+        if command == "START_TIME" && name != "START_TIME" {
+            return Err(format!(
+                "{what}: %{name}%: a start time of another format than the default is not read"
+            ));
+        }
+        if !literal.is_empty() {
+            pieces.push(Piece::Literal(std::mem::take(&mut literal)));
+        }
+        if matches!(pieces.last(), Some(Piece::Variable(_))) {
+            return Err(format!(
+                "{what}: %{name}% follows another command with nothing between: where one ends \
+                 cannot be told"
+            ));
+        }
+        pieces.push(Piece::Variable(name.to_string()));
+        i += len + 2;
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Literal(literal));
+    }
+    Ok(pieces)
+}
+
+/// nginx's format: literals and variables (`$name` or `${name}`).
+fn nginx_pieces(format: &str, what: &str) -> Result<Vec<Piece>, String> {
     let bytes = format.as_bytes();
     let (mut pieces, mut literal, mut i) = (Vec::new(), Vec::new(), 0);
     let name_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
@@ -232,24 +318,45 @@ impl Template {
     /// An nginx `log_format` string, the key (variables of the format, with any text between,
     /// e.g. `$http_x_api_key $uri`) and the cost's variable, if any.
     pub fn nginx(format: &str, key: &str, cost: Option<&str>) -> Result<Template, String> {
-        let pieces = pieces(format, "--log-format")?;
+        Template::new(format, key, cost, Dialect::Nginx)
+    }
+
+    /// An Envoy access log format (its time `%START_TIME%`, in Envoy's default format), the
+    /// key (commands of the format with any text between, e.g. `%REQ(X-FORWARDED-FOR)%`) and
+    /// the cost's command, if any.
+    pub fn envoy(format: &str, key: &str, cost: Option<&str>) -> Result<Template, String> {
+        Template::new(format, key, cost, Dialect::Envoy)
+    }
+
+    fn new(
+        format: &str,
+        key: &str,
+        cost: Option<&str>,
+        dialect: Dialect,
+    ) -> Result<Template, String> {
+        let pieces = pieces(format, "--log-format", dialect)?;
         let find =
             |name: &str| pieces.iter().position(|p| matches!(p, Piece::Variable(v) if v == name));
-        let time = [
-            ("msec", TimeKind::Msec),
-            ("time_iso8601", TimeKind::Iso8601),
-            ("time_local", TimeKind::Local),
-        ]
-        .into_iter()
-        .find_map(|(name, kind)| find(name).map(|i| (i, kind)))
-        .ok_or("--log-format: no time: it names none of $msec, $time_iso8601, $time_local")?;
+        let time = match dialect {
+            Dialect::Nginx => [
+                ("msec", TimeKind::Msec),
+                ("time_iso8601", TimeKind::Iso8601),
+                ("time_local", TimeKind::Local),
+            ]
+            .into_iter()
+            .find_map(|(name, kind)| find(name).map(|i| (i, kind)))
+            .ok_or("--log-format: no time: it names none of $msec, $time_iso8601, $time_local")?,
+            Dialect::Envoy => find("START_TIME")
+                .map(|i| (i, TimeKind::Iso8601))
+                .ok_or("--log-format: no time: it has no %START_TIME%")?,
+        };
         let mut parts = Vec::new();
-        for piece in self::pieces(key, "--key")? {
+        for piece in self::pieces(key, "--key", dialect)? {
             parts.push(match piece {
                 Piece::Literal(l) => KeyPart::Literal(l),
-                Piece::Variable(v) => KeyPart::Field(
-                    find(&v).ok_or_else(|| format!("--key: ${v} is not in the log's format"))?,
-                ),
+                Piece::Variable(v) => KeyPart::Field(find(&v).ok_or_else(|| {
+                    format!("--key: {} is not in the log's format", spelled(&v, dialect))
+                })?),
             });
         }
         if !parts.iter().any(|p| matches!(p, KeyPart::Field(_))) {
@@ -258,11 +365,13 @@ impl Template {
         let cost = match cost {
             None => None,
             Some(c) => {
-                let name = c.strip_prefix('$').unwrap_or(c);
-                Some(
-                    find(name)
-                        .ok_or_else(|| format!("--cost: ${name} is not in the log's format"))?,
-                )
+                let name = match dialect {
+                    Dialect::Nginx => c.strip_prefix('$').unwrap_or(c),
+                    Dialect::Envoy => c.trim_matches('%'),
+                };
+                Some(find(name).ok_or_else(|| {
+                    format!("--cost: {} is not in the log's format", spelled(name, dialect))
+                })?)
             }
         };
         Ok(Template { pieces, time, key: parts, cost })
@@ -349,6 +458,196 @@ impl Template {
             return Err(LineError::EmptyKey);
         }
         Ok(Line { t, cost })
+    }
+}
+
+/// A variable as its dialect writes it.
+fn spelled(name: &str, dialect: Dialect) -> String {
+    match dialect {
+        Dialect::Nginx => format!("${name}"),
+        Dialect::Envoy => format!("%{name}%"),
+    }
+}
+
+/// How a JSON line's time field is written: a string (RFC 3339), or a number of these units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonTime {
+    /// An RFC 3339 string, `2024-04-05T10:11:12.310Z`.
+    Rfc3339,
+    /// A number (fractions allowed) of seconds, milliseconds, microseconds or nanoseconds.
+    Units(u64),
+}
+
+/// How JSON lines are read: the time's field, the key's fields (with text between) and the
+/// cost's field. A field is a top-level name, or a path of names through objects (`a.b`).
+#[derive(Clone, Debug)]
+pub struct JsonTemplate {
+    time: (String, JsonTime),
+    key: Vec<JsonKeyPart>,
+    cost: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+enum JsonKeyPart {
+    Literal(String),
+    Field(String),
+}
+
+impl JsonTemplate {
+    /// `time_field`, written as `unit` (`rfc3339`, `s`, `ms`, `us` or `ns`); the key, fields as
+    /// `$name` or `${any.name}` with any text between; the cost's field.
+    pub fn new(
+        time_field: &str,
+        unit: &str,
+        key: &str,
+        cost: Option<&str>,
+    ) -> Result<JsonTemplate, String> {
+        let unit = match unit {
+            "rfc3339" => JsonTime::Rfc3339,
+            "s" => JsonTime::Units(1_000_000_000),
+            "ms" => JsonTime::Units(1_000_000),
+            "us" => JsonTime::Units(1_000),
+            "ns" => JsonTime::Units(1),
+            other => {
+                return Err(format!("--time-unit {other}: expected rfc3339, s, ms, us or ns"));
+            }
+        };
+        let (mut parts, mut literal, mut rest) = (Vec::new(), String::new(), key);
+        while let Some(c) = rest.chars().next() {
+            if c != '$' {
+                literal.push(c);
+                rest = &rest[c.len_utf8()..];
+                continue;
+            }
+            let (name, after) = if let Some(inner) = rest.strip_prefix("${") {
+                let close = inner.find('}').ok_or("--key: `${` without its `}`")?;
+                (&inner[..close], &inner[close + 1..])
+            } else {
+                let inner = &rest[1..];
+                let len = inner
+                    .find(|c: char| {
+                        !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '@'))
+                    })
+                    .unwrap_or(inner.len());
+                (&inner[..len], &inner[len..])
+            };
+            if name.is_empty() {
+                return Err("--key: `$` without a field's name".into());
+            }
+            if !literal.is_empty() {
+                parts.push(JsonKeyPart::Literal(std::mem::take(&mut literal)));
+            }
+            parts.push(JsonKeyPart::Field(name.to_string()));
+            rest = after;
+        }
+        if !literal.is_empty() {
+            parts.push(JsonKeyPart::Literal(literal));
+        }
+        if !parts.iter().any(|p| matches!(p, JsonKeyPart::Field(_))) {
+            return Err("--key: no field: name the fields the key is made of ($name)".into());
+        }
+        let cost = cost.map(|c| c.trim_start_matches('$').trim_matches(['{', '}']).to_string());
+        Ok(JsonTemplate { time: (time_field.to_string(), unit), key: parts, cost })
+    }
+
+    /// Read one line into `key` (cleared first).
+    pub fn parse(&self, line: &[u8], key: &mut Vec<u8>) -> Result<Line, LineError> {
+        let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+            LineError::Shape { expected: format!("a JSON object ({e})"), at: e.column() }
+        })?;
+        if !value.is_object() {
+            return Err(LineError::Shape { expected: "a JSON object".into(), at: 0 });
+        }
+        let time = field(&value, &self.time.0).ok_or_else(|| LineError::Shape {
+            expected: format!("a field `{}`", self.time.0),
+            at: 0,
+        })?;
+        let t = match (self.time.1, time) {
+            (JsonTime::Rfc3339, serde_json::Value::String(s)) => iso8601(s.as_bytes()),
+            (JsonTime::Units(unit), serde_json::Value::Number(n)) => {
+                units(n.to_string().as_bytes(), unit)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| LineError::Time(shown(time.to_string().as_bytes())))?;
+        let cost = match self.cost.as_deref().and_then(|c| field(&value, c)) {
+            None | Some(serde_json::Value::Null) => 1,
+            Some(c) => c
+                .as_u64()
+                .filter(|&n| n <= u64::from(u32::MAX))
+                .ok_or_else(|| LineError::Cost(shown(c.to_string().as_bytes())))?
+                .max(1) as u32,
+        };
+        key.clear();
+        let mut any = false;
+        for part in &self.key {
+            match part {
+                JsonKeyPart::Literal(l) => key.extend_from_slice(l.as_bytes()),
+                JsonKeyPart::Field(name) => match field(&value, name) {
+                    None | Some(serde_json::Value::Null) => {}
+                    Some(serde_json::Value::String(s)) => {
+                        any |= !s.is_empty() && s != "-";
+                        key.extend_from_slice(s.as_bytes());
+                    }
+                    Some(other) => {
+                        any = true;
+                        key.extend_from_slice(other.to_string().as_bytes());
+                    }
+                },
+            }
+        }
+        if !any {
+            return Err(LineError::EmptyKey);
+        }
+        Ok(Line { t, cost })
+    }
+}
+
+/// A field by its name, or by a path of names through objects (`a.b.c`).
+fn field<'a>(value: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    if let Some(v) = value.get(name) {
+        return Some(v);
+    }
+    name.split('.').try_fold(value, |v, part| v.get(part))
+}
+
+/// A JSON number's text of `unit` ns each (`1712311872.31`, `1712311872310`), exactly.
+fn units(text: &[u8], unit: u64) -> Option<u64> {
+    let (whole, frac) = match text.iter().position(|&b| b == b'.') {
+        Some(dot) => (&text[..dot], &text[dot + 1..]),
+        None => (text, &b""[..]),
+    };
+    let digits = unit.ilog10() as usize;
+    if frac.len() > digits && frac[digits..].iter().any(|&b| b != b'0') {
+        return None;
+    }
+    let frac = &frac[..frac.len().min(digits)];
+    let frac_ns =
+        if frac.is_empty() { 0 } else { integer(frac)? * 10u64.pow((digits - frac.len()) as u32) };
+    integer(whole)?.checked_mul(unit)?.checked_add(frac_ns).filter(|&t| t <= i64::MAX as u64)
+}
+
+/// An access log's lines, in one of the formats read.
+#[derive(Clone, Debug)]
+pub enum LogFormat {
+    /// nginx's or Envoy's text formats.
+    Text(Template),
+    /// JSON objects, one a line.
+    Json(JsonTemplate),
+}
+
+impl LogFormat {
+    /// Read one line (without its line end) into `key`; `spans` is scratch.
+    pub fn parse(
+        &self,
+        line: &[u8],
+        spans: &mut Vec<(usize, usize)>,
+        key: &mut Vec<u8>,
+    ) -> Result<Line, LineError> {
+        match self {
+            LogFormat::Text(t) => t.parse(line, spans, key),
+            LogFormat::Json(j) => j.parse(line, key),
+        }
     }
 }
 
@@ -571,6 +870,63 @@ mod tests {
         assert!(matches!(t.parse(bad_time, &mut spans, &mut key), Err(LineError::Time(_))));
         let no_key = br#"- - - [05/Apr/2024:10:11:12 +0000] "GET / HTTP/1.1" 200 0 "-" "-""#;
         assert_eq!(t.parse(no_key, &mut spans, &mut key), Err(LineError::EmptyKey));
+    }
+
+    #[test]
+    fn json_lines() {
+        let (mut spans, mut key) = (Vec::new(), Vec::new());
+        let mut read = |t: &JsonTemplate, line: &str| {
+            LogFormat::Json(t.clone())
+                .parse(line.as_bytes(), &mut spans, &mut key)
+                .map(|l| (l, String::from_utf8(key.clone()).unwrap()))
+        };
+        let s = 1_712_311_872_000_000_000u64;
+        let t = JsonTemplate::new("ts", "ms", "$client.ip ${user-id}", Some("$bytes")).unwrap();
+        assert_eq!(
+            read(&t, r#"{"ts":1712311872310,"client":{"ip":"10.0.0.1"},"user-id":7,"bytes":12}"#),
+            Ok((Line { t: s + 310_000_000, cost: 12 }, "10.0.0.1 7".to_string()))
+        );
+        let t = JsonTemplate::new("time", "rfc3339", "$ip", None).unwrap();
+        assert_eq!(
+            read(&t, r#"{"time":"2024-04-05T10:11:12.5Z","ip":"a"}"#).unwrap().0.t,
+            s + 500_000_000
+        );
+        let t = JsonTemplate::new("time", "s", "$ip", None).unwrap();
+        assert_eq!(read(&t, r#"{"time":1712311872.25,"ip":"a"}"#).unwrap().0.t, s + 250_000_000);
+        assert!(matches!(read(&t, r#"{"time":"x","ip":"a"}"#), Err(LineError::Time(_))));
+        assert!(matches!(read(&t, r#"{"ip":"a"}"#), Err(LineError::Shape { .. })));
+        assert!(matches!(read(&t, r#"{"time":1,"ip":"#), Err(LineError::Shape { .. })));
+        assert!(matches!(read(&t, r#"[1,2]"#), Err(LineError::Shape { .. })));
+        assert_eq!(read(&t, r#"{"time":1,"ip":null}"#), Err(LineError::EmptyKey));
+        assert!(JsonTemplate::new("t", "hours", "$ip", None).unwrap_err().contains("--time-unit"));
+        assert!(JsonTemplate::new("t", "s", "ip", None).unwrap_err().contains("no field"));
+        assert_eq!(units(b"1.5", 1_000_000_000), Some(1_500_000_000));
+        assert_eq!(units(b"1.0000000001", 1_000_000_000), None);
+        assert_eq!(units(b"-1", 1), None);
+        assert_eq!(units(b"1e3", 1), None);
+    }
+
+    #[test]
+    fn envoy_default_lines() {
+        let t =
+            Template::envoy(ENVOY_DEFAULT, "%REQ(X-FORWARDED-FOR)%", Some("%BYTES_SENT%")).unwrap();
+        let (mut spans, mut key) = (Vec::new(), Vec::new());
+        let line = br#"[2024-04-05T10:11:12.310Z] "GET /api/v1?x=1 HTTP/1.1" 200 - 0 155 3 2 "10.0.0.7" "curl/8.0 (a b)" "4d1e7f2e-3b" "example.com" "10.1.0.4:8080""#;
+        let got = t.parse(line, &mut spans, &mut key).unwrap();
+        assert_eq!(
+            (got, &key[..]),
+            (Line { t: 1_712_311_872_310_000_000, cost: 155 }, &b"10.0.0.7"[..])
+        );
+        let err = |f: &str| Template::envoy(f, "%REQ(X-FORWARDED-FOR)%", None).unwrap_err();
+        assert!(err("[%START_TIME(%s)%] %REQ(X-FORWARDED-FOR)%").contains("not read"));
+        assert!(err("[%START_TIME%] %req(x)%").contains("not an Envoy command"));
+        assert!(err("[%START_TIME%] %REQ(X-FORWARDED-FOR)").contains("without its closing"));
+        assert!(err("%PROTOCOL% %REQ(X-FORWARDED-FOR)%").contains("no time"));
+        assert!(
+            Template::envoy(ENVOY_DEFAULT, "%DOWNSTREAM_REMOTE_ADDRESS%", None)
+                .unwrap_err()
+                .contains("%DOWNSTREAM_REMOTE_ADDRESS% is not in the log's format")
+        );
     }
 
     #[test]

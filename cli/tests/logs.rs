@@ -246,3 +246,75 @@ fn lines_it_cannot_read_are_counted_and_shown_or_stop_it() {
     assert!(got.err.contains("--log-format: unknown variable $bogus"), "{}", got.err);
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// `2024-04-05T10:11:12.310Z` of a time in ms (from `time_local`'s date).
+fn rfc3339(t_ms: u64) -> String {
+    let local = time_local(t_ms);
+    let months =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let month = months.iter().position(|m| *m == &local[3..6]).unwrap() + 1;
+    format!("{}-{month:02}-{}T{}.{:03}Z", &local[7..11], &local[..2], &local[12..20], t_ms % 1000)
+}
+
+#[test]
+fn envoy_and_json_logs_give_the_tables_of_their_trace() {
+    let dir = scratch("envoy-json");
+    let r = requests(2_500);
+    let csv = dir.join("trace.csv");
+    fs::write(&csv, trace(&r, 1, false)).unwrap();
+    let want = ratewell(&["compare", csv.to_str().unwrap(), "--limit", "30/10s"], "");
+    assert_eq!(want.code, Some(0), "{}", want.err);
+    let envoy: String = r
+        .iter()
+        .map(|(t, ip, bytes)| {
+            format!(
+                "[{}] \"GET /api?x=1 HTTP/1.1\" 200 - 0 {bytes} 3 2 \"{ip}\" \"curl/8.0 (a; b)\" \
+                 \"4d1e-{t}\" \"example.com\" \"10.1.0.4:8080\"\n",
+                rfc3339(*t)
+            )
+        })
+        .collect();
+    let json: String = r
+        .iter()
+        .enumerate()
+        .map(|(i, (t, ip, bytes))| {
+            // Every other line with its fields in another order, and a string with escapes.
+            if i % 2 == 0 {
+                format!("{{\"ts\":{t},\"client\":{{\"ip\":\"{ip}\"}},\"ua\":\"a \\\"b\\\"\",\"bytes\":{bytes}}}\n")
+            } else {
+                format!("{{\"bytes\":{bytes},\"client\":{{\"ip\":\"{ip}\"}},\"ts\":{t}}}\n")
+            }
+        })
+        .collect();
+    let (envoy_path, json_path) = (dir.join("envoy.log"), dir.join("json.log"));
+    fs::write(&envoy_path, envoy).unwrap();
+    fs::write(&json_path, json).unwrap();
+    let envoy_run = ratewell(
+        &["compare", envoy_path.to_str().unwrap(), "--log", "envoy", "--limit", "30/10s"],
+        "",
+    );
+    assert_eq!(envoy_run.code, Some(0), "{}", envoy_run.err);
+    assert_eq!(table(&envoy_run.out), table(&want.out));
+    assert!(envoy_run.err.contains("times in milliseconds"), "{}", envoy_run.err);
+    let json_run = ratewell(
+        &[
+            "compare",
+            json_path.to_str().unwrap(),
+            "--log",
+            "json",
+            "--time-field",
+            "ts",
+            "--time-unit",
+            "ms",
+            "--key",
+            "$client.ip",
+            "--limit",
+            "30/10s",
+        ],
+        "",
+    );
+    assert_eq!(json_run.code, Some(0), "{}", json_run.err);
+    assert_eq!(table(&json_run.out), table(&want.out));
+    assert!(json_run.err.contains("2500 lines read, 2500 requests"), "{}", json_run.err);
+    fs::remove_dir_all(dir).unwrap();
+}
