@@ -1,9 +1,12 @@
-//! Access logs as traces: nginx's `log_format` (and its predefined `combined`), read line by
-//! line into requests of a time, a key and a cost.
+//! Access logs as traces: nginx's `log_format` (and its predefined `combined`), Envoy's access
+//! log format (and its default) and JSON lines, read line by line into requests of a time, a
+//! key and a cost.
 //!
 //! Public for the fuzz targets of the readers; not a stable API.
 
 use std::fmt;
+
+use crate::trace::{integer, shown};
 
 /// Envoy's default access log format (its `%START_TIME%` written as `2016-04-15T20:17:00.310Z`).
 pub const ENVOY_DEFAULT: &str = concat!(
@@ -651,15 +654,6 @@ impl LogFormat {
     }
 }
 
-fn shown(bytes: &[u8]) -> String {
-    let s = String::from_utf8_lossy(bytes);
-    if s.chars().count() > 40 {
-        format!("{}…", s.chars().take(40).collect::<String>())
-    } else {
-        s.into()
-    }
-}
-
 /// Where `needle` (not empty) first is in `hay`.
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let (&first, rest) = needle.split_first()?;
@@ -672,14 +666,6 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
         from = at + 1;
     }
     None
-}
-
-/// ASCII digits only, fitting a `u64`.
-fn integer(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
 }
 
 /// `digits` fixed-width digits.

@@ -69,7 +69,8 @@ impl fmt::Display for LineError {
     }
 }
 
-fn shown(bytes: &[u8]) -> String {
+/// At most 40 characters of `bytes`, for a message.
+pub(crate) fn shown(bytes: &[u8]) -> String {
     let s = String::from_utf8_lossy(bytes);
     if s.chars().count() > 40 {
         format!("{}…", s.chars().take(40).collect::<String>())
@@ -79,7 +80,7 @@ fn shown(bytes: &[u8]) -> String {
 }
 
 /// A decimal integer of ASCII digits only (leading zeros allowed), if it fits in a `u64`.
-fn integer(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn integer(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() {
         return None;
     }
