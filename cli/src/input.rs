@@ -1,5 +1,5 @@
 //! Access logs read as requests: one or more files (or standard input), each gzipped or not,
-//! in order, through a [`Template`]; lines that do not parse are counted and the first few
+//! in order, through a [`LogFormat`]; lines that do not parse are counted and the first few
 //! kept to show; times slightly out of order are decided at the latest time before them.
 
 use std::cell::Cell;
