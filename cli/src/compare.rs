@@ -11,12 +11,11 @@ use ratewell::{Decision, KeyedLimiter, ManualClock, Parameters, Policy};
 /// Requests whose buckets are fetched together.
 const GROUP: usize = KeyedLimiter::<u32, ManualClock>::BATCH_GROUP;
 
-use ratewell_cli::logs::{COMBINED, ENVOY_DEFAULT, JsonTemplate, LogFormat, Template};
 use ratewell_cli::trace::{Reader, Request as TraceRequest};
 
 use crate::chart::{self, Chart, Panel};
 use crate::duration::duration;
-use crate::input::{LogInput, total_size};
+use crate::input::{LogArgs, LogInput, Reopen, Requests, total_size, trace_file};
 use crate::output::AtomicFile;
 use crate::progress::FileProgress;
 use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
@@ -32,36 +31,8 @@ pub(crate) struct Args {
     /// More access logs, after the first, with --log.
     #[arg(requires = "log")]
     more: Vec<PathBuf>,
-    /// Read access logs instead of a trace: `nginx` (with --log-format, else nginx's predefined
-    /// `combined`), `combined`, `envoy` (with --log-format, else Envoy's default format) or
-    /// `json` (one object a line; see --time-field).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    log: Option<LogKind>,
-    /// The format the log was written with: nginx's `log_format` string (e.g. '$remote_addr
-    /// [$time_local] "$request" $status'; its time `$msec`, `$time_iso8601` or `$time_local`)
-    /// or Envoy's (`%START_TIME%` its time, in Envoy's default format).
-    #[arg(long, value_name = "FORMAT", requires = "log")]
-    log_format: Option<String>,
-    /// With --log, what a request's key is: variables of the format with any text between
-    /// (`$remote_addr`, `$http_x_api_key $uri`; Envoy's `%REQ(X-FORWARDED-FOR)%`; JSON fields
-    /// as `$name`, `$a.b` or `${any name}`). Default: `$remote_addr`, Envoy's
-    /// `%REQ(X-FORWARDED-FOR)%`, JSON's `$remote_addr`.
-    #[arg(long, requires = "log")]
-    key: Option<String>,
-    /// With --log, the variable whose value is a request's cost (e.g. `$body_bytes_sent`; `-`
-    /// and 0 count as 1). Default: 1 a request.
-    #[arg(long, value_name = "VARIABLE", requires = "log")]
-    cost: Option<String>,
-    /// With --log json, the field of a line's time (a path through objects: `a.b`).
-    #[arg(long, value_name = "FIELD", default_value = "time", requires = "log")]
-    time_field: String,
-    /// With --log json, how the time is written: `rfc3339` (a string), or a number of `s`,
-    /// `ms`, `us` or `ns` since the epoch.
-    #[arg(long, value_name = "UNIT", default_value = "rfc3339", requires = "log")]
-    time_unit: String,
-    /// With --log, stop at the first line that does not parse instead of counting it.
-    #[arg(long, requires = "log")]
-    strict: bool,
+    #[command(flatten)]
+    logs: LogArgs,
     /// The limit to compare the algorithms at, `N/W` (e.g. `20/10s`, `100/s`, `5/250ms`): each
     /// algorithm gets its equivalent policy (token buckets of capacity B at N/W, Envoy-style with N
     /// tokens every W, nginx leaky buckets at N/W with burst B-1, nodelay and delayed; fixed
@@ -97,19 +68,6 @@ pub(crate) struct Args {
     find_capacity: bool,
 }
 
-/// The access-log formats of --log.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogKind {
-    /// nginx's `log_format` (--log-format), `combined` by default.
-    Nginx,
-    /// nginx's predefined `combined` format.
-    Combined,
-    /// Envoy's access log format (--log-format), its default by default.
-    Envoy,
-    /// JSON lines (--time-field, --time-unit).
-    Json,
-}
-
 /// Where requests come from: a trace, or access logs.
 enum Source {
     Trace(Reader<BufReader<Tee<Box<dyn Read>>>>),
@@ -138,43 +96,6 @@ impl Source {
             Source::Logs(logs) => logs.lines(),
         }
     }
-}
-
-/// The format of --log, or `None` for a trace.
-fn template(args: &Args) -> Result<Option<LogFormat>, String> {
-    let Some(kind) = args.log else { return Ok(None) };
-    let (json, envoy) = (matches!(kind, LogKind::Json), matches!(kind, LogKind::Envoy));
-    if !json && (args.time_field != "time" || args.time_unit != "rfc3339") {
-        return Err("--time-field and --time-unit are for --log json".into());
-    }
-    let format = match (kind, &args.log_format) {
-        (LogKind::Combined, Some(_)) => {
-            return Err("--log combined is a format of its own: give --log nginx with \
-                        --log-format"
-                .into());
-        }
-        (LogKind::Json, Some(_)) => {
-            return Err(
-                "--log json has no --log-format: name its fields (--key, --time-field)".into()
-            );
-        }
-        (_, Some(f)) => f.as_str(),
-        (LogKind::Envoy, None) => ENVOY_DEFAULT,
-        (_, None) => COMBINED,
-    };
-    let key = args.key.as_deref().unwrap_or(if envoy {
-        "%REQ(X-FORWARDED-FOR)%"
-    } else {
-        "$remote_addr"
-    });
-    let cost = args.cost.as_deref();
-    Ok(Some(match kind {
-        LogKind::Json => {
-            LogFormat::Json(JsonTemplate::new(&args.time_field, &args.time_unit, key, cost)?)
-        }
-        LogKind::Envoy => LogFormat::Text(Template::envoy(format, key, cost)?),
-        LogKind::Nginx | LogKind::Combined => LogFormat::Text(Template::nginx(format, key, cost)?),
-    }))
 }
 
 /// One policy being compared.
@@ -559,12 +480,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let svg = args.svg.as_deref().map(|p| AtomicFile::create(p, "--svg")).transpose()?;
     let png = args.png.as_deref().map(|p| AtomicFile::create(p, "--png")).transpose()?;
 
-    let template = template(args)?;
+    let template = args.logs.formats(1)?;
     let mut logs: Vec<PathBuf> = vec![args.trace.clone()];
     logs.extend(args.more.iter().cloned());
-    if template.is_some() && args.find_capacity {
-        return Err("--find-capacity reads a trace again: not with --log".into());
-    }
     let mut keys = Keys::default();
     let charting = svg.is_some() || png.is_some();
     if charting && logs.iter().any(|l| l.as_os_str() == "-") {
@@ -573,8 +491,11 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let chart_plan = if charting {
         let end = match &template {
             Some(t) => {
-                let mut source =
-                    Source::Logs(Box::new(LogInput::new(t.clone(), logs.clone(), args.strict)));
+                let mut source = Source::Logs(Box::new(LogInput::new(
+                    t.clone(),
+                    logs.clone(),
+                    args.logs.strict,
+                )));
                 survey(&mut source, total_size(&logs), &mut keys)?
             }
             None => {
@@ -659,7 +580,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let regular = size.is_some() && template.is_none();
     let tee = Tee::new_if(input, !regular && args.find_capacity);
     let mut reader = match &template {
-        Some(t) => Source::Logs(Box::new(LogInput::new(t.clone(), logs, args.strict))),
+        Some(t) => Source::Logs(Box::new(LogInput::new(t.clone(), logs.clone(), args.logs.strict))),
         None => Source::Trace(Reader::new(BufReader::with_capacity(1 << 16, tee))),
     };
     let mut progress = FileProgress::new("compare", size, PROGRESS_BYTES);
@@ -703,23 +624,34 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let against = reference_index.map(|at| runs[at].entry.policy.to_string());
     let table = report(&args.trace, requests, keys.len(), end, &mut runs, against.as_deref());
     out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
-    let again =
+    // How to read the input again, if it can be: logs from their files (not from standard
+    // input), a trace from its file or from the copy kept of standard input.
+    let trace_again =
         if regular { Some(args.trace.as_path()) } else { copy.as_ref().map(TempFile::path) };
+    let again: Option<Box<Reopen<'_>>> = match &template {
+        Some(formats) if !logs.iter().any(|l| l.as_os_str() == "-") => {
+            Some(Box::new(move || -> Result<Box<dyn Requests>, String> {
+                Ok(Box::new(LogInput::new(formats.clone(), logs.clone(), args.logs.strict)))
+            }))
+        }
+        Some(_) => None,
+        None => trace_again.map(|path| Box::new(move || trace_file(path)) as Box<Reopen<'_>>),
+    };
     for run in &runs {
         let evictions = run.limiter.metrics().evictions;
         if evictions == 0 {
             continue;
         }
         let what = if run.hidden { "the reference " } else { "" };
-        let search = match again {
+        let search = match &again {
             _ if !args.find_capacity => spool::Search::NotAsked,
-            Some(trace) => {
+            Some(reopen) => {
                 let mut check = |l: &KeyedLimiter<u32, ManualClock>, key: &[u8], cost: u32| {
                     if let Some(id) = keys.find(key) {
                         l.request(&id).cost(cost).check();
                     }
                 };
-                spool::avoiding_capacity(&run.entry.policy, trace, args.capacity, &mut check)?
+                spool::avoiding_capacity(&run.entry.policy, reopen, args.capacity, &mut check)?
             }
             None => spool::Search::Unreadable,
         };

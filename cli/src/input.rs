@@ -9,8 +9,174 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use flate2::read::MultiGzDecoder;
-use ratewell_cli::logs::LogFormat;
-use ratewell_cli::trace::Request;
+use ratewell_cli::logs::{COMBINED, ENVOY_DEFAULT, JsonTemplate, LogFormat, Template};
+use ratewell_cli::trace::{Reader, Request};
+
+/// The options that read access logs instead of a trace, shared by `replay` and `compare`.
+#[derive(clap::Args)]
+pub(crate) struct LogArgs {
+    /// Read access logs instead of a trace: `nginx` (with --log-format, else nginx's predefined
+    /// `combined`), `combined`, `envoy` (with --log-format, else Envoy's default format) or
+    /// `json` (one object a line; see --time-field).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub(crate) log: Option<LogKind>,
+    /// The format the log was written with: nginx's `log_format` string (e.g. '$remote_addr
+    /// [$time_local] "$request" $status'; its time `$msec`, `$time_iso8601` or `$time_local`)
+    /// or Envoy's (`%START_TIME%` its time, in Envoy's default format).
+    #[arg(long, value_name = "FORMAT", requires = "log")]
+    log_format: Option<String>,
+    /// With --log, what a request's key is: variables of the format with any text between
+    /// (`$remote_addr`, `$http_x_api_key $uri`; Envoy's `%REQ(X-FORWARDED-FOR)%`; JSON fields
+    /// as `$name`, `$a.b` or `${any name}`). Default: `$remote_addr`, Envoy's
+    /// `%REQ(X-FORWARDED-FOR)%`, JSON's `$remote_addr`. For `replay` with several policies,
+    /// once for every layer, or once per --policy, in order (the key of each layer).
+    #[arg(long, requires = "log")]
+    key: Vec<String>,
+    /// With --log, the variable whose value is a request's cost (e.g. `$body_bytes_sent`; `-`
+    /// and 0 count as 1). Default: 1 a request.
+    #[arg(long, value_name = "VARIABLE", requires = "log")]
+    cost: Option<String>,
+    /// With --log json, the field of a line's time (a path through objects: `a.b`).
+    #[arg(long, value_name = "FIELD", default_value = "time", requires = "log")]
+    time_field: String,
+    /// With --log json, how the time is written: `rfc3339` (a string), or a number of `s`,
+    /// `ms`, `us` or `ns` since the epoch.
+    #[arg(long, value_name = "UNIT", default_value = "rfc3339", requires = "log")]
+    time_unit: String,
+    /// With --log, stop at the first line that does not parse instead of counting it.
+    #[arg(long, requires = "log")]
+    pub(crate) strict: bool,
+}
+
+/// The access-log formats of --log.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum LogKind {
+    /// nginx's `log_format` (--log-format), `combined` by default.
+    Nginx,
+    /// nginx's predefined `combined` format.
+    Combined,
+    /// Envoy's access log format (--log-format), its default by default.
+    Envoy,
+    /// JSON lines (--time-field, --time-unit).
+    Json,
+}
+
+impl LogArgs {
+    /// The formats of --log, one per --key (at most `keys` of them, or one), or `None` for a
+    /// trace.
+    pub(crate) fn formats(&self, keys: usize) -> Result<Option<Vec<LogFormat>>, String> {
+        let Some(kind) = self.log else { return Ok(None) };
+        let (json, envoy) = (matches!(kind, LogKind::Json), matches!(kind, LogKind::Envoy));
+        if !json && (self.time_field != "time" || self.time_unit != "rfc3339") {
+            return Err("--time-field and --time-unit are for --log json".into());
+        }
+        match self.key.len() {
+            0 | 1 => {}
+            n if n == keys => {}
+            n if keys == 1 => {
+                return Err(format!("--key given {n} times: a request has one key"));
+            }
+            n => {
+                return Err(format!(
+                    "--key given {n} times for {keys} policies: give one key for every layer, \
+                     or one per --policy"
+                ));
+            }
+        }
+        let format = match (kind, &self.log_format) {
+            (LogKind::Combined, Some(_)) => {
+                return Err("--log combined is a format of its own: give --log nginx with \
+                            --log-format"
+                    .into());
+            }
+            (LogKind::Json, Some(_)) => {
+                return Err(
+                    "--log json has no --log-format: name its fields (--key, --time-field)".into(),
+                );
+            }
+            (_, Some(f)) => f.as_str(),
+            (LogKind::Envoy, None) => ENVOY_DEFAULT,
+            (_, None) => COMBINED,
+        };
+        let default = if envoy { "%REQ(X-FORWARDED-FOR)%" } else { "$remote_addr" };
+        let keys: Vec<&str> = if self.key.is_empty() {
+            vec![default]
+        } else {
+            self.key.iter().map(String::as_str).collect()
+        };
+        let cost = self.cost.as_deref();
+        keys.into_iter()
+            .map(|key| {
+                Ok(match kind {
+                    LogKind::Json => LogFormat::Json(JsonTemplate::new(
+                        &self.time_field,
+                        &self.time_unit,
+                        key,
+                        cost,
+                    )?),
+                    LogKind::Envoy => LogFormat::Text(Template::envoy(format, key, cost)?),
+                    LogKind::Nginx | LogKind::Combined => {
+                        LogFormat::Text(Template::nginx(format, key, cost)?)
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(Some)
+    }
+}
+
+/// In a request read from logs with one --key per layer, the byte between one layer's key and
+/// the next: a line never holds it, so no key does.
+pub(crate) const LAYER_SEPARATOR: u8 = b'\n';
+
+/// Requests read one at a time, from a trace or from access logs.
+pub(crate) trait Requests {
+    /// The next request; `None` at the end.
+    fn next_request(&mut self) -> Result<Option<Request<'_>>, String>;
+    /// Lines read so far.
+    fn lines(&self) -> u64;
+    /// Bytes read so far.
+    fn bytes(&self) -> u64;
+}
+
+impl<R: BufRead> Requests for Reader<R> {
+    #[inline]
+    fn next_request(&mut self) -> Result<Option<Request<'_>>, String> {
+        self.next().map_err(|e| e.to_string())
+    }
+
+    fn lines(&self) -> u64 {
+        Reader::lines(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        Reader::bytes(self)
+    }
+}
+
+impl Requests for LogInput {
+    #[inline]
+    fn next_request(&mut self) -> Result<Option<Request<'_>>, String> {
+        self.next()
+    }
+
+    fn lines(&self) -> u64 {
+        LogInput::lines(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        LogInput::bytes(self)
+    }
+}
+
+/// How to read an input again from its start (for `--find-capacity`).
+pub(crate) type Reopen<'a> = dyn Fn() -> Result<Box<dyn Requests>, String> + 'a;
+
+/// A trace file, read from its start.
+pub(crate) fn trace_file(path: &Path) -> Result<Box<dyn Requests>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(Box::new(Reader::new(BufReader::with_capacity(1 << 16, file))))
+}
 
 /// A line at most this much earlier than the latest before it is decided at that latest time
 /// (logs are written when requests end, so a slow request's line comes after faster ones);
@@ -55,6 +221,10 @@ pub(crate) struct Found {
 /// Access logs as requests.
 pub(crate) struct LogInput {
     template: LogFormat,
+    /// The formats of the second and later layers' keys (`--key` once per layer), each read
+    /// from the same line and appended after a [`LAYER_SEPARATOR`].
+    layers: Vec<LogFormat>,
+    layer_key: Vec<u8>,
     strict: bool,
     files: Vec<PathBuf>,
     next_file: usize,
@@ -78,9 +248,15 @@ pub(crate) fn total_size(files: &[PathBuf]) -> Option<u64> {
 }
 
 impl LogInput {
-    pub(crate) fn new(template: LogFormat, files: Vec<PathBuf>, strict: bool) -> Self {
+    /// Logs read with `formats` (the first gives each request's time, cost and key, the others
+    /// the keys of further layers), from `files` in order (`-` is standard input).
+    pub(crate) fn new(formats: Vec<LogFormat>, files: Vec<PathBuf>, strict: bool) -> Self {
+        let mut formats = formats.into_iter();
+        let template = formats.next().expect("one format at least");
         LogInput {
             template,
+            layers: formats.collect(),
+            layer_key: Vec::new(),
             strict,
             files,
             next_file: 0,
@@ -159,7 +335,22 @@ impl LogInput {
             if content.is_empty() {
                 continue;
             }
-            let parsed = self.template.parse(content, &mut self.spans, &mut self.key);
+            let mut parsed = self
+                .template
+                .parse(content, &mut self.spans, &mut self.key)
+                .map_err(|e| e.to_string());
+            for (i, layer) in self.layers.iter().enumerate() {
+                if parsed.is_err() {
+                    break;
+                }
+                match layer.parse(content, &mut self.spans, &mut self.layer_key) {
+                    Ok(_) => {
+                        self.key.push(LAYER_SEPARATOR);
+                        self.key.extend_from_slice(&self.layer_key);
+                    }
+                    Err(e) => parsed = Err(format!("the key of layer {}: {e}", i + 2)),
+                }
+            }
             let line = match parsed {
                 Ok(line) => line,
                 Err(e) => {

@@ -9,8 +9,10 @@ use ratewell::{
     Decision, KeyedLimiter, Layer, LayerKey, LayeredLimiter, ManualClock, Policy, Request, Resume,
 };
 
+use ratewell_cli::logs::LogFormat;
 use ratewell_cli::trace::Reader;
 
+use crate::input::{LAYER_SEPARATOR, LogArgs, LogInput, Reopen, Requests, total_size, trace_file};
 use crate::progress::FileProgress;
 use crate::spool::{self, SEED, Tee, TempFile};
 
@@ -63,8 +65,20 @@ pub(crate) struct Args {
     /// not at all), for `--load-state`.
     #[arg(long, value_name = "FILE")]
     save_state: Option<PathBuf>,
-    /// The trace; standard input if absent or `-`.
+    #[command(flatten)]
+    logs: LogArgs,
+    /// The trace; standard input if absent or `-`. With --log, an access log (gzipped or not),
+    /// and more may follow, read in order (rotated logs: oldest first).
     file: Option<PathBuf>,
+    /// More access logs, after the first, with --log.
+    #[arg(requires = "log")]
+    more: Vec<PathBuf>,
+}
+
+/// What is replayed: a trace (standard input if `None`), or access logs.
+enum Input<'a> {
+    Trace(Option<&'a PathBuf>),
+    Logs { formats: &'a [LogFormat], files: &'a [PathBuf], strict: bool },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -101,13 +115,33 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     };
     let path = args.file.as_ref().filter(|p| p.as_os_str() != "-");
     let state = args.load_state.is_some() || args.save_state.is_some();
+    let formats = args.logs.formats(policies.len())?;
+    let files: Vec<PathBuf> = match &args.file {
+        Some(file) => std::iter::once(file).chain(&args.more).cloned().collect(),
+        None => vec![PathBuf::from("-")],
+    };
+    let input = match &formats {
+        Some(formats) => {
+            if state {
+                return Err("--load-state and --save-state continue a trace's clock: not with \
+                            --log, whose times count from its first line (give every log to one \
+                            run, oldest first)"
+                    .into());
+            }
+            Input::Logs { formats, files: &files, strict: args.logs.strict }
+        }
+        None => Input::Trace(path),
+    };
+    // The byte between the keys of a request's layers: `|` in a trace; with --log, a byte no
+    // log line holds (one --key per layer), so that a `|` in a log's value is part of its key.
+    let sep = if formats.is_some() { LAYER_SEPARATOR } else { b'|' };
     if let Some(url) = &args.backend {
         if state {
             return Err("--load-state and --save-state keep an in-process limiter's keys: not \
                         with --backend (the server keeps its own)"
                 .into());
         }
-        return replay_redis(url, &policies, path, output);
+        return replay_redis(url, &policies, &input, sep, output);
     }
     if args.find_capacity && args.load_state.is_some() {
         return Err(
@@ -135,13 +169,13 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
         }
         let n = limiter.len();
         let ahead = |field: &[u8]| {
-            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
+            let keys: Vec<&[u8]> = field.split(|&b| b == sep).collect();
             let refs: Vec<&dyn LayerKey> = keys.iter().map(|k| k as &dyn LayerKey).collect();
             // A wrong number of keys is reported when the line is decided.
             let _ = limiter.prefetch(&refs);
         };
         let decide = |t: u64, field: &[u8], (): (), cost: u32, line: u64| {
-            let keys: Vec<&[u8]> = field.split(|&b| b == b'|').collect();
+            let keys: Vec<&[u8]> = field.split(|&b| b == sep).collect();
             if keys.len() != 1 && keys.len() != n {
                 return Err(Failure::Read(format!(
                     "line {line}: {} keys for {n} policies: give one key, or one per --policy \
@@ -157,7 +191,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             let would: Vec<String> = d.would_reject().map(|i| (i + 1).to_string()).collect();
             Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
         };
-        replay_trace(path, output, false, ahead, decide, Ok, 1)?;
+        replay_trace(&input, output, false, ahead, decide, Ok, 1)?;
         if let Some(file) = &args.save_state {
             limiter.save(file).map_err(|e| format!("--save-state {}: {e}", file.display()))?;
         }
@@ -195,8 +229,8 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let ahead = |key: &[u8]| limiter.request(key).prefetch();
     let decide =
         |t: u64, key: &[u8], request: Request<'_, [u8], ManualClock>, cost: u32, line: u64| {
-            if key.contains(&b'|') {
-                let keys = key.split(|&b| b == b'|').count();
+            if key.contains(&sep) {
+                let keys = key.split(|&b| b == sep).count();
                 return Err(Failure::Read(format!(
                     "line {line}: {keys} keys for 1 policy: give one key, or one per --policy"
                 )));
@@ -205,20 +239,35 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
             let decision = request.cost(cost).check();
             Ok(Decided { decision, layer: None, would: String::new() })
         };
-    let copy = replay_trace(path, output, args.find_capacity, ahead, decide, Ok, 1)?;
+    let copy = replay_trace(&input, output, args.find_capacity, ahead, decide, Ok, 1)?;
     if let Some(file) = &args.save_state {
         limiter.save(file).map_err(|e| format!("--save-state {}: {e}", file.display()))?;
     }
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
-        let again = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
-        let search = match again {
+        // How to read the input again, if it can be: logs from their files (not from standard
+        // input), a trace from its file or from the copy kept of standard input.
+        let again: Option<Box<Reopen<'_>>> = match input {
+            Input::Logs { formats, files, strict }
+                if !files.iter().any(|f| f.as_os_str() == "-") =>
+            {
+                Some(Box::new(move || -> Result<Box<dyn Requests>, String> {
+                    Ok(Box::new(LogInput::new(formats.to_vec(), files.to_vec(), strict)))
+                }))
+            }
+            Input::Logs { .. } => None,
+            Input::Trace(path) => path
+                .map(PathBuf::as_path)
+                .or(copy.as_ref().map(TempFile::path))
+                .map(|trace| Box::new(move || trace_file(trace)) as Box<Reopen<'_>>),
+        };
+        let search = match &again {
             _ if !args.find_capacity => spool::Search::NotAsked,
-            Some(trace) => {
+            Some(reopen) => {
                 let mut check = |l: &KeyedLimiter<[u8], ManualClock>, key: &[u8], cost: u32| {
                     l.request(key).cost(cost).check();
                 };
-                spool::avoiding_capacity(policy, trace, args.capacity, &mut check)?
+                spool::avoiding_capacity(policy, reopen, args.capacity, &mut check)?
             }
             None => spool::Search::Unreadable,
         };
@@ -245,7 +294,8 @@ enum Outstanding {
 fn replay_redis(
     url: &str,
     policies: &[Policy],
-    path: Option<&PathBuf>,
+    input: &Input<'_>,
+    sep: u8,
     output: Output,
 ) -> Result<(), String> {
     // One worker: the requests go out while this thread reads the trace and prints.
@@ -273,7 +323,7 @@ fn replay_redis(
     let decide = |t: u64, field: &[u8], (): (), cost: u32, line: u64| {
         let field = std::str::from_utf8(field)
             .map_err(|_| Failure::Read(format!("line {line}: a key that is not UTF-8")))?;
-        let keys: Vec<String> = field.split('|').map(str::to_string).collect();
+        let keys: Vec<String> = field.split(char::from(sep)).map(str::to_string).collect();
         let keys = match keys.len() {
             1 => vec![keys[0].clone(); n],
             k if k == n => keys,
@@ -312,7 +362,7 @@ fn replay_redis(
         Ok(Decided { decision: d.decision(), layer: d.decided_by(), would: would.join("|") })
     };
     let result =
-        replay_trace(path, output, false, |_: &[u8]| {}, decide, resolve, REDIS_WINDOW).map(drop);
+        replay_trace(input, output, false, |_: &[u8]| {}, decide, resolve, REDIS_WINDOW).map(drop);
     let cleared = runtime.block_on(limiter.delete_keys());
     result?;
     cleared.map_err(|e| format!("--backend {url}: deleting the replay's keys: {e}"))?;
@@ -327,12 +377,12 @@ struct Decided {
     would: String,
 }
 
-/// Replay the trace at `path` (standard input if `None`, kept in a temporary copy if `keep`,
+/// Replay `input` (a trace kept in a temporary copy if it is standard input and `keep`,
 /// returned, to be read again should live keys be evicted) through `decide` and `resolve`,
 /// printing to standard output; `ahead` is called on each key a little before `decide` (see
-/// [`replay`]).
+/// [`replay`]). For logs, what was read (lines skipped, the time's resolution) goes to stderr.
 fn replay_trace<T: Copy, P>(
-    path: Option<&PathBuf>,
+    input: &Input<'_>,
     output: Output,
     keep: bool,
     ahead: impl FnMut(&[u8]) -> T,
@@ -342,8 +392,19 @@ fn replay_trace<T: Copy, P>(
 ) -> Result<Option<TempFile>, String> {
     let stdout = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    let (result, copy) = match path {
-        Some(path) => {
+    let (result, copy) = match *input {
+        Input::Logs { formats, files, strict } => {
+            let progress = FileProgress::new("replay", total_size(files), PROGRESS_BYTES);
+            let mut logs = LogInput::new(formats.to_vec(), files.to_vec(), strict);
+            let mut result =
+                replay(&mut logs, &mut out, output, progress, ahead, decide, resolve, window);
+            eprintln!("ratewell: replay: {}", logs.summary());
+            if result.is_ok() && logs.found.requests == 0 {
+                result = Err(Failure::Read("no line of the log could be read as a request".into()));
+            }
+            (result, None)
+        }
+        Input::Trace(Some(path)) => {
             let file =
                 File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let size = file.metadata().ok().map(|m| m.len());
@@ -353,7 +414,7 @@ fn replay_trace<T: Copy, P>(
                 replay(&mut reader, &mut out, output, progress, ahead, decide, resolve, window);
             (result, None)
         }
-        None => {
+        Input::Trace(None) => {
             let progress = FileProgress::new("replay", None, PROGRESS_BYTES);
             let mut reader = Reader::new(BufReader::with_capacity(
                 1 << 16,
@@ -430,7 +491,7 @@ const GROUP: usize = KeyedLimiter::<[u8], ManualClock>::BATCH_GROUP;
 /// line at a time.
 #[allow(clippy::too_many_arguments)]
 fn replay<T: Copy, P>(
-    reader: &mut Reader<impl io::BufRead>,
+    reader: &mut impl Requests,
     out: &mut impl Write,
     output: Output,
     mut progress: FileProgress,
@@ -458,7 +519,7 @@ fn replay<T: Copy, P>(
         keys.clear();
         group.clear();
         while group.len() < GROUP {
-            match reader.next() {
+            match reader.next_request() {
                 Ok(Some(request)) => {
                     let start = keys.len();
                     keys.extend_from_slice(request.key);
@@ -471,7 +532,7 @@ fn replay<T: Copy, P>(
                     break;
                 }
                 Err(e) => {
-                    end = Some(Err(Failure::Read(e.to_string())));
+                    end = Some(Err(Failure::Read(e)));
                     break;
                 }
             }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use ratewell::{KeyedLimiter, ManualClock, Policy};
 
-use ratewell_cli::trace::Reader;
+use crate::input::Reopen;
 
 /// The seed of every table `replay` and `compare` build: the same input gives the same output in
 /// every run, evictions included.
@@ -71,11 +71,11 @@ impl<R: Read> Read for Tee<R> {
 /// How a run decides one request: `(limiter, key, cost)`, keyed as the run being reproduced.
 pub(crate) type Check<'a, K> = dyn FnMut(&KeyedLimiter<K, ManualClock>, &[u8], u32) + 'a;
 
-/// Whether replaying `path` through `policy` in a seeded table of `capacity` keys evicts a live
-/// key; `None` if such a table cannot be allocated.
+/// Whether replaying the input `reopen` reads through `policy` in a seeded table of `capacity`
+/// keys evicts a live key; `None` if such a table cannot be allocated.
 fn evicts<K: std::hash::Hash + ?Sized>(
     policy: &Policy,
-    path: &Path,
+    reopen: &Reopen<'_>,
     capacity: usize,
     check: &mut Check<'_, K>,
 ) -> Result<Option<bool>, String> {
@@ -85,9 +85,8 @@ fn evicts<K: std::hash::Hash + ?Sized>(
     let Ok(limiter) = built else {
         return Ok(None);
     };
-    let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut reader = Reader::new(io::BufReader::with_capacity(1 << 16, file));
-    while let Some(request) = reader.next().map_err(|e| e.to_string())? {
+    let mut reader = reopen()?;
+    while let Some(request) = reader.next_request()? {
         clock.set(request.t);
         check(&limiter, request.key, request.cost);
         if limiter.metrics().evictions > 0 {
@@ -115,11 +114,11 @@ pub(crate) enum Search {
 }
 
 /// The smallest of `2c, 4c, 8c, ...` (from the capacity `c` that evicted) at which a replay of
-/// `path` evicts no live key; [`Search::NoneUpTo`] if none up to `max` keys does (or can be
-/// allocated).
+/// the input `reopen` reads evicts no live key; [`Search::NoneUpTo`] if none up to `max` keys
+/// does (or can be allocated).
 pub(crate) fn avoiding_capacity<K: std::hash::Hash + ?Sized>(
     policy: &Policy,
-    path: &Path,
+    reopen: &Reopen<'_>,
     capacity: usize,
     check: &mut Check<'_, K>,
 ) -> Result<Search, String> {
@@ -131,7 +130,7 @@ pub(crate) fn avoiding_capacity<K: std::hash::Hash + ?Sized>(
             Some(c) if c <= max => c,
             _ => return Ok(Search::NoneUpTo(c.min(max))),
         };
-        match evicts(policy, path, c, check)? {
+        match evicts(policy, reopen, c, check)? {
             Some(true) => continue,
             Some(false) => return Ok(Search::Found(c)),
             None => return Ok(Search::NoneUpTo(c / 2)),

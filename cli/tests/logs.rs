@@ -318,3 +318,205 @@ fn envoy_and_json_logs_give_the_tables_of_their_trace() {
     assert!(json_run.err.contains("2500 lines read, 2500 requests"), "{}", json_run.err);
     fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn replay_reads_a_log_as_it_reads_the_same_requests_as_a_trace() {
+    let dir = scratch("replay");
+    let r = requests(2_000);
+    let (log, csv, gz) = (dir.join("access.log"), dir.join("trace.csv"), dir.join("access.log.gz"));
+    fs::write(&log, combined(&r)).unwrap();
+    fs::write(&csv, trace(&r, 1000, false)).unwrap();
+    gzip(&gz, &combined(&r));
+    let (old, new) = (dir.join("access.log.1"), dir.join("access.log.2.gz"));
+    fs::write(&old, combined(&r[..900])).unwrap();
+    gzip(&new, &combined(&r[900..]));
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let (log, csv, gz, old, new) = (path(&log), path(&csv), path(&gz), path(&old), path(&new));
+    for output in [&[][..], &["--format", "full"], &["--summary"]] {
+        let policy = ["--policy", "token-bucket capacity=4 rate=1/s"];
+        let want = ratewell(&[&["replay", &csv][..], &policy, output].concat(), "");
+        assert_eq!(want.code, Some(0), "{}", want.err);
+        assert!(want.out.contains('0') && want.out.contains('1'), "both decisions occur");
+        for (files, stdin) in [
+            (vec![&log[..]], String::new()),
+            (vec![&gz], String::new()),
+            (vec!["-"], combined(&r)),
+            (vec![], combined(&r)),
+            (vec![&old, &new], String::new()),
+        ] {
+            let args = [&["replay"][..], &files, &["--log", "combined"], &policy, output].concat();
+            let got = ratewell(&args, &stdin);
+            assert_eq!(got.code, Some(0), "{args:?}: {}", got.err);
+            assert_eq!(got.out, want.out, "{args:?}");
+            assert!(got.err.contains("2000 lines read, 2000 requests"), "{}", got.err);
+        }
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn replay_with_one_key_per_layer_from_a_log() {
+    let dir = scratch("replay-layers");
+    let r = requests(1_500);
+    // An API key with a `|` in it: part of the key, not a separator of layers.
+    let format = r#"$remote_addr [$msec] "$request" $status key=$http_x_api_key"#;
+    let log: String = r
+        .iter()
+        .map(|(t, ip, bytes)| {
+            format!(
+                "{ip} [{}.{:03}] \"GET / HTTP/1.1\" 200 key=k|{}\n",
+                t / 1000,
+                t % 1000,
+                bytes % 4
+            )
+        })
+        .collect();
+    let first = r[0].0;
+    let lists: String = r
+        .iter()
+        .map(|(t, ip, bytes)| format!("{},{ip}|k_{},1\n", (t - first) * 1_000_000, bytes % 4))
+        .collect();
+    let (log_path, csv_path) = (dir.join("layers.log"), dir.join("layers.csv"));
+    fs::write(&log_path, log).unwrap();
+    fs::write(&csv_path, lists).unwrap();
+    let policies = [
+        "--policy",
+        "token-bucket capacity=3 rate=1/s",
+        "--policy",
+        "sliding-window limit=20 window=10s",
+    ];
+    let want = ratewell(
+        &[&["replay", csv_path.to_str().unwrap(), "--format", "full"][..], &policies].concat(),
+        "",
+    );
+    assert_eq!(want.code, Some(0), "{}", want.err);
+    // Both layers decide some of the rejections: the keys really are per layer.
+    assert!(want.out.contains(",1,") && want.out.contains(",2,"), "{}", &want.out[..400]);
+    let log_args = [
+        "replay",
+        log_path.to_str().unwrap(),
+        "--log",
+        "nginx",
+        "--log-format",
+        format,
+        "--format",
+        "full",
+        "--key",
+        "$remote_addr",
+        "--key",
+        "$http_x_api_key",
+    ];
+    let got = ratewell(&[&log_args[..], &policies].concat(), "");
+    assert_eq!(got.code, Some(0), "{}", got.err);
+    assert_eq!(got.out, want.out);
+    // One key for every layer: the address alone, as a trace of addresses decides.
+    let one: String =
+        r.iter().map(|(t, ip, _)| format!("{},{ip}\n", (t - first) * 1_000_000)).collect();
+    let want = ratewell(&[&["replay", "-", "--format", "full"][..], &policies].concat(), &one);
+    let got = ratewell(&[&log_args[..10], &policies].concat(), "");
+    assert_eq!(got.code, Some(0), "{}", got.err);
+    assert_eq!(got.out, want.out);
+    fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn replay_refuses_what_a_log_cannot_give() {
+    let dir = scratch("replay-refuses");
+    let log = dir.join("access.log");
+    fs::write(&log, combined(&requests(50))).unwrap();
+    let log = log.to_str().unwrap();
+    let policy = "fixed-window limit=2 window=1s";
+    let cases: &[(&[&str], &str)] = &[
+        (&["--key", "$remote_addr", "--key", "$status"], "a request has one key"),
+        (
+            &["--key", "$remote_addr", "--key", "$status", "--key", "$status", "--policy", policy],
+            "--key given 3 times for 2 policies",
+        ),
+        (&["--load-state", "/nonexistent"], "not with --log"),
+        (&["--save-state", "x.snap"], "not with --log"),
+        (&["--key", "$http_x_nothing"], "$http_x_nothing is not in the log's format"),
+    ];
+    for (extra, message) in cases {
+        let args = [&["replay", log, "--log", "combined", "--policy", policy][..], extra].concat();
+        let got = ratewell(&args, "");
+        assert_eq!(got.code, Some(2), "{args:?}: {}", got.err);
+        assert!(got.err.contains(message), "{args:?}: {}", got.err);
+        assert!(got.out.is_empty());
+    }
+    // Nothing readable: every line skipped, and the run fails.
+    let got =
+        ratewell(&["replay", "-", "--log", "combined", "--policy", policy], "noise\n\x01\x02\n");
+    assert_eq!(got.code, Some(2), "{}", got.err);
+    assert!(got.err.contains("2 lines skipped") && got.err.contains("stdin:1"), "{}", got.err);
+    assert!(got.err.contains("no line of the log could be read"), "{}", got.err);
+    // --strict stops at the bad line, after the lines before it are printed.
+    let mut text = combined(&requests(3));
+    text.push_str("noise\n");
+    text.push_str(&combined(&requests(2)));
+    let got =
+        ratewell(&["replay", "-", "--log", "combined", "--strict", "--policy", policy], &text);
+    assert_eq!(got.code, Some(2), "{}", got.err);
+    assert!(got.err.contains("stdin:4") && got.err.contains("--strict"), "{}", got.err);
+    assert_eq!(got.out.lines().count(), 3);
+    fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn find_capacity_reads_the_logs_again() {
+    let dir = scratch("find-capacity");
+    // 400 clients, each twice a second: a table of 64 keys evicts live ones.
+    let lines: String = (0..4_000u64)
+        .map(|i| {
+            let t_ms = 1_712_311_872_000 + i * 5;
+            format!(
+                "10.1.{}.{} - - [{}] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"\n",
+                i % 400 / 200,
+                i % 200,
+                time_local(t_ms)
+            )
+        })
+        .collect();
+    let log = dir.join("access.log");
+    fs::write(&log, &lines).unwrap();
+    let log = log.to_str().unwrap();
+    let base = ["--log", "combined", "--capacity", "64", "--find-capacity"];
+    let replay = ratewell(
+        &[&["replay", log][..], &base, &["--policy", "sliding-log limit=5 window=10s"]].concat(),
+        "",
+    );
+    let compare = ratewell(&[&["compare", log][..], &base, &["--limit", "5/10s"]].concat(), "");
+    for run in [&replay, &compare] {
+        assert_eq!(run.code, Some(0), "{}", run.err);
+        assert!(run.err.contains("live keys were evicted"), "{}", run.err);
+        let found = run
+            .err
+            .split("--capacity ")
+            .filter_map(|s| s.split_whitespace().next()?.parse::<usize>().ok())
+            .find(|&c| c > 64)
+            .unwrap_or_else(|| panic!("no capacity named: {}", run.err));
+        assert!(run.err.contains(&format!("--capacity {found} avoids it")), "{}", run.err);
+        assert!((512..=2048).contains(&found), "{found}");
+    }
+    // The capacity named evicts none; standard input cannot be read again.
+    let got = ratewell(
+        &[
+            "replay",
+            log,
+            "--log",
+            "combined",
+            "--capacity",
+            "1024",
+            "--policy",
+            "sliding-log limit=5 window=10s",
+        ],
+        "",
+    );
+    assert_eq!(got.code, Some(0), "{}", got.err);
+    assert!(!got.err.contains("evicted"), "{}", got.err);
+    let piped = ratewell(
+        &[&["replay", "-"][..], &base, &["--policy", "sliding-log limit=5 window=10s"]].concat(),
+        &lines,
+    );
+    assert!(piped.err.contains("could not be read again"), "{}", piped.err);
+    fs::remove_dir_all(dir).unwrap();
+}

@@ -136,6 +136,32 @@ fn layered_limits_replay_as_in_process_on(path: Path) {
 }
 
 #[test]
+fn access_logs_replay_as_in_process() {
+    let server = Server::start();
+    let format = r#"$remote_addr [$msec] "$request" $status $body_bytes_sent key=$http_x_api_key"#;
+    let mut rng = Rng(11);
+    let mut t_ms = 1_712_311_872_000u64;
+    let log: String = (0..600)
+        .map(|_| {
+            t_ms += rng.below(120);
+            let (ip, key, bytes) = (rng.below(3), rng.below(4), rng.below(3) + 1);
+            format!(
+                "10.0.0.{ip} [{}.{:03}] \"GET / HTTP/1.1\" 200 {bytes} key=k|{key}\n",
+                t_ms / 1000,
+                t_ms % 1000
+            )
+        })
+        .collect();
+    let log_args = ["--log", "nginx", "--log-format", format, "--cost", "$body_bytes_sent"];
+    let per_layer =
+        [&log_args[..], &["--key", "$remote_addr", "--key", "$http_x_api_key"]].concat();
+    let set = ["token-bucket capacity=6 rate=5/s", "sliding-window limit=9 window=2s"];
+    compare(&server, &set[..1], &log, &log_args);
+    compare(&server, &set, &log, &per_layer);
+    compare(&server, &set, &log, &[&per_layer[..], &["--format", "full"]].concat());
+}
+
+#[test]
 fn the_backend_refuses_what_it_cannot_decide_and_bad_input() {
     let server = Server::start();
     let url = server.url();
