@@ -269,4 +269,16 @@ int32_t ratewell_decide(const ratewell_ask *asks,
                         size_t fields_cap,
                         ratewell_verdict *out);
 
+/**
+ * Decide a request of `cost` (0 counts as 1) against one ask, writing no `RateLimit` field:
+ * what [`ratewell_decide`] decides of one ask with a null `fields`, by a shorter path (a
+ * location of one zone without headers, the most common). 0, or -1 when the ask names no zone.
+ *
+ * # Safety
+ *
+ * `ask` points to a readable ask with an open handle and `key_len` readable bytes at `key`;
+ * `out` is writable.
+ */
+int32_t ratewell_decide_one(const ratewell_ask *ask, uint32_t cost, ratewell_verdict *out);
+
 #endif  /* RATEWELL_NGINX_H */

@@ -460,7 +460,11 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         cap = 0;
     }
 
-    if (ratewell_decide(asks, n, 1, fields, cap, &verdict) != 0) {
+    if ((n == 1 && fields == NULL
+         ? ratewell_decide_one(asks, 1, &verdict)
+         : ratewell_decide(asks, n, 1, fields, cap, &verdict))
+        != 0)
+    {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "ratewell could not decide the request");
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

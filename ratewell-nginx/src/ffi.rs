@@ -509,6 +509,54 @@ pub unsafe extern "C" fn ratewell_decide(
     0
 }
 
+/// Decide a request of `cost` (0 counts as 1) against one ask, writing no `RateLimit` field:
+/// what [`ratewell_decide`] decides of one ask with a null `fields`, by a shorter path (a
+/// location of one zone without headers, the most common). 0, or -1 when the ask names no zone.
+///
+/// # Safety
+///
+/// `ask` points to a readable ask with an open handle and `key_len` readable bytes at `key`;
+/// `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ratewell_decide_one(
+    ask: *const RatewellAsk,
+    cost: u32,
+    out: *mut RatewellVerdict,
+) -> i32 {
+    // SAFETY: null, or a readable ask, as the caller promises.
+    let Some(raw) = (unsafe { ask.as_ref() }) else { return -1 };
+    // SAFETY: null, or an open handle, as the caller promises.
+    let Some(zone) = (unsafe { raw.zone.as_ref() }) else { return -1 };
+    if out.is_null() {
+        return -1;
+    }
+    // SAFETY: the key's bytes, as the caller promises.
+    let key = unsafe { bytes(raw.key, raw.key_len) };
+    let ask = Ask { zone: &zone.0, key, burst: burst_of(raw.burst, raw.delay) };
+    let Ok(d) = catch_unwind(AssertUnwindSafe(|| ask.request(cost.max(1)).check())) else {
+        return -1;
+    };
+    let admitted = d.is_admitted();
+    let written = RatewellVerdict {
+        admitted: u8::from(admitted),
+        impossible: u8::from(!admitted && d.is_impossible()),
+        table_full: u8::from(!admitted && d.is_table_full()),
+        rejected_by: 0,
+        retry_after_ns: if admitted {
+            RATEWELL_NO_RETRY
+        } else {
+            d.retry_after_ns().unwrap_or(RATEWELL_NO_RETRY)
+        },
+        delay_ns: if admitted { d.delay_ns() } else { 0 },
+        delayed_by: 0,
+        remaining: d.remaining(),
+        fields_len: 0,
+    };
+    // SAFETY: writable, as the caller promises (checked not null).
+    unsafe { out.write(written) };
+    0
+}
+
 /// The verdict on a request no zone decides: admitted, nothing charged.
 fn decide_none(out: *mut RatewellVerdict) -> i32 {
     let written = RatewellVerdict {
@@ -525,4 +573,124 @@ fn decide_none(out: *mut RatewellVerdict) -> i32 {
     // SAFETY: `out` is writable, as `ratewell_decide`'s caller promises (checked not null).
     unsafe { out.write(written) };
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(align(4096))]
+    struct Page(#[allow(dead_code)] [u8; 4096]);
+
+    fn open(memory: &mut [Page], spec: &str) -> *mut RatewellZone {
+        let mut err = [0u8; 256];
+        let policy: ratewell::Policy = spec.parse().unwrap();
+        let (capacity, _) = capacity_for(&policy, memory.len() * 4096).unwrap();
+        // SAFETY: the memory outlives the zone (closed at the end of each test), and the
+        // strings are readable.
+        let zone = unsafe {
+            ratewell_zone_open(
+                memory.as_mut_ptr().cast(),
+                memory.len() * 4096,
+                spec.as_ptr(),
+                spec.len(),
+                capacity,
+                0,
+                b"z".as_ptr(),
+                1,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        assert!(!zone.is_null(), "{}", String::from_utf8_lossy(&err));
+        zone
+    }
+
+    fn verdict() -> RatewellVerdict {
+        RatewellVerdict {
+            admitted: 9,
+            impossible: 9,
+            table_full: 9,
+            rejected_by: 9,
+            retry_after_ns: 9,
+            delay_ns: 9,
+            delayed_by: 9,
+            remaining: 9,
+            fields_len: 9,
+        }
+    }
+
+    fn fields(v: &RatewellVerdict) -> (u8, u8, u8, usize, bool, usize, u64, usize) {
+        let retry = v.retry_after_ns != RATEWELL_NO_RETRY;
+        (
+            v.admitted,
+            v.impossible,
+            v.table_full,
+            v.rejected_by,
+            retry,
+            v.delayed_by,
+            v.remaining,
+            v.fields_len,
+        )
+    }
+
+    #[test]
+    fn one_ask_decides_as_the_general_call_of_one() {
+        // Two zones alike, one decided by each entry, on the same requests: every verdict the
+        // same (a delay or a wait may differ by the time between the two calls).
+        for spec in [
+            "token-bucket capacity=3 rate=1/h",
+            "leaky-bucket rate=1r/m burst=2 delay=1",
+            "fixed-window limit=4 window=1h",
+        ] {
+            let (mut a, mut b) = (
+                (0..64).map(|_| Page([0; 4096])).collect::<Vec<_>>(),
+                (0..64).map(|_| Page([0; 4096])).collect::<Vec<_>>(),
+            );
+            let (one, general) = (open(&mut a, spec), open(&mut b, spec));
+            let mut seed = 5u64;
+            let mut seen = [false; 2];
+            for _ in 0..300 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let key = [b'a' + (seed >> 60) as u8 % 4];
+                let cost = (seed >> 40) as u32 % 5;
+                let burst = if seed >> 20 & 1 == 0 { -1 } else { 1 };
+                let ask =
+                    |zone| RatewellAsk { zone, key: key.as_ptr(), key_len: 1, burst, delay: -1 };
+                let (mut x, mut y) = (verdict(), verdict());
+                // SAFETY: open zones, a readable key, writable verdicts; a null field buffer.
+                let (rx, ry) = unsafe {
+                    (
+                        ratewell_decide_one(&ask(one), cost, &mut x),
+                        ratewell_decide(&ask(general), 1, cost, std::ptr::null_mut(), 0, &mut y),
+                    )
+                };
+                assert_eq!((rx, ry), (0, 0));
+                assert_eq!(fields(&x), fields(&y), "{spec}");
+                assert!(x.delay_ns.abs_diff(y.delay_ns) < 1_000_000_000, "{spec}");
+                seen[usize::from(x.admitted)] = true;
+            }
+            assert_eq!(seen, [true, true], "{spec}: both verdicts occur");
+            // SAFETY: handles no call is using, closed once.
+            unsafe {
+                ratewell_zone_close(one);
+                ratewell_zone_close(general);
+            }
+        }
+        // No ask, or an ask without a zone: -1, and nothing written.
+        let mut v = verdict();
+        let no_zone = RatewellAsk {
+            zone: std::ptr::null(),
+            key: std::ptr::null(),
+            key_len: 0,
+            burst: -1,
+            delay: -1,
+        };
+        // SAFETY: null pointers are what is checked.
+        unsafe {
+            assert_eq!(ratewell_decide_one(std::ptr::null(), 1, &mut v), -1);
+            assert_eq!(ratewell_decide_one(&no_zone, 1, &mut v), -1);
+        }
+        assert_eq!(v.admitted, 9);
+    }
 }
