@@ -68,8 +68,12 @@ pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
 
 /// The re-scan under the shard lock before an insert (`table.rs`). `no_rescan`: none, so two
 /// threads inserting one new key store it twice.
-pub(crate) fn present(table: &Table, place: Place) -> bool {
-    !cfg!(ratewell_broken = "no_rescan") && table::present(table, place)
+pub(crate) fn present(table: &Table, place: Place) -> table::Rescan<'_> {
+    if cfg!(ratewell_broken = "no_rescan") {
+        table::Rescan::Absent { free: None }
+    } else {
+        table::present(table, place)
+    }
 }
 
 /// The lock taken after a lock-free miss (`table.rs`). `unsettled_miss`: none, so a lookup

@@ -271,6 +271,9 @@ pub(crate) struct Table {
     /// shards' lock words.
     locks: Box<[CachePadded<Mutex<()>>]>,
     shard_mask: u64,
+    /// `shard_mask`'s bits (the shards are a power of two): kept, so that a bucket's partner
+    /// costs no bit count (`count_ones` is a dozen instructions without `popcnt`).
+    shard_bits: u32,
     buckets_per_shard: u64,
     secret: u64,
     on_full: OnFull,
@@ -312,10 +315,27 @@ pub(crate) fn mask_of(secret: u64, key: u64) -> u64 {
     (m as u64) ^ ((m >> 64) as u64)
 }
 
-/// Under the shard lock, before inserting: whether the key is present after all (another
-/// thread inserted it since the lock-free lookup, or moved it between its buckets).
-pub(crate) fn present(table: &Table, place: Place) -> bool {
-    table.find(place).is_some()
+/// What the scan under the shard lock before an insert found.
+pub(crate) enum Rescan<'a> {
+    /// The key is present after all (another thread inserted it since the lock-free lookup, or
+    /// moved it between its buckets).
+    Present,
+    /// It is absent; `free` is the first empty slot of its candidate buckets (the one
+    /// `choose` would pick), found in the same pass.
+    Absent { free: Option<&'a Slot> },
+}
+
+/// Under the shard lock, before inserting: whether the key is present after all and, if not,
+/// its first free candidate slot, found here rather than by `choose`'s full ranking pass.
+pub(crate) fn present(table: &Table, place: Place) -> Rescan<'_> {
+    let (candidates, n) = table.candidates(place);
+    let slots = || candidates[..n].iter().flat_map(|&b| &table.buckets[b].slots);
+    if slots().any(|slot| slot.key.load(Ordering::Acquire) & FP_MASK == place.fp) {
+        return Rescan::Present;
+    }
+    // Under the lock no slot becomes empty or taken meanwhile; in a table with room, the first
+    // slot looked at is usually free.
+    Rescan::Absent { free: slots().find(|slot| slot.key.load(Ordering::Acquire) == EMPTY) }
 }
 
 /// After a lock-free miss: the key's slot as the table holds it under the shard lock (no move in
@@ -394,6 +414,7 @@ impl Table {
         Ok(Table {
             buckets: Slab::from_box(buckets.into_boxed_slice()),
             shard_mask: shards.len() as u64 - 1,
+            shard_bits: shards.len().trailing_zeros(),
             shards: Slab::from_box(shards),
             locks,
             buckets_per_shard,
@@ -438,6 +459,7 @@ impl Table {
         Table {
             buckets,
             shard_mask: shards.len() as u64 - 1,
+            shard_bits: shards.len().trailing_zeros(),
             shards,
             locks: Box::new([]),
             buckets_per_shard,
@@ -522,7 +544,7 @@ impl Table {
             }
             shard.journal[0].store(0, Ordering::Release);
         }
-        let bits = self.shard_mask.count_ones();
+        let bits = self.shard_bits;
         let mut len = 0;
         for w in 0..self.buckets_per_shard as usize {
             for slot in &self.buckets[w << bits | s].slots {
@@ -581,7 +603,7 @@ impl Table {
     /// buckets_per_shard)`.
     #[inline]
     pub(crate) fn partner(&self, b: usize, fp: u64) -> usize {
-        let bits = self.shard_mask.count_ones();
+        let bits = self.shard_bits;
         let per_shard = self.buckets_per_shard as usize;
         let (shard, w) = (b & self.shard_mask as usize, b >> bits);
         let h = scale(mix(fp ^ self.secret), self.buckets_per_shard);
@@ -624,15 +646,19 @@ impl Table {
         })
     }
 
+    /// [`find`](Self::find) in the key's second bucket alone (its first just missed).
+    #[inline]
+    fn find_second(&self, place: Place) -> Option<(&Slot, u64)> {
+        let b2 = self.partner(place.b1, place.fp);
+        if b2 == place.b1 { None } else { self.find_in(place, b2) }
+    }
+
     /// The slot holding the key, with its key word, as a lock-free scan sees it: a key being
     /// moved between its buckets (under the shard lock) is in neither for a moment, so a miss
     /// here is not yet an absence ([`find_settled`](Self::find_settled) is).
     #[inline]
     fn find(&self, place: Place) -> Option<(&Slot, u64)> {
-        self.find_in(place, place.b1).or_else(|| {
-            let b2 = self.partner(place.b1, place.fp);
-            if b2 == place.b1 { None } else { self.find_in(place, b2) }
-        })
+        self.find_in(place, place.b1).or_else(|| self.find_second(place))
     }
 
     /// The slot holding the key; a miss is confirmed under the shard lock, which every move

@@ -3,8 +3,8 @@
 //! (the module doc's *Relocation* and *Insertion and eviction*).
 
 use super::{
-    EMPTY, FP_BITS, FP_MASK, OnFull, Place, SLOTS_PER_BUCKET, Slot, TOMBSTONE, Table, key_word,
-    move_key, rescan,
+    EMPTY, FP_BITS, FP_MASK, OnFull, Place, Rescan, SLOTS_PER_BUCKET, Slot, TOMBSTONE, Table,
+    key_word, move_key, rescan,
 };
 use crate::cas::Report;
 use crate::keyed::registry::Policies;
@@ -35,9 +35,7 @@ impl Table {
         let _guard = self.lock_shard(place.shard);
         // Under the lock, where no key is half-moved: absent after all? (Another thread may have
         // inserted it, or the lock-free scan may have missed a key in the middle of a move.)
-        if rescan(self, place) {
-            return None;
-        }
+        let Rescan::Absent { mut free } = rescan(self, place) else { return None };
         // A fresh state refuses it (nothing to store): the key is absent, and so is decided.
         let Some(next) = next else { return Some(decision) };
         // A slot retired (and perhaps swept and reassigned) since it was resolved must not be
@@ -47,7 +45,11 @@ impl Table {
         }
         let new_key = key_word(idx, place.fp);
         loop {
-            match self.choose(policies, place, now) {
+            let choice = match free.take() {
+                Some(slot) => Choice::Free { slot, moves: 0 },
+                None => self.choose(policies, place, now),
+            };
+            match choice {
                 Choice::Free { slot, moves } => {
                     slot.state.store(next ^ self.mask(new_key), Ordering::Release);
                     slot.key.store(new_key, Ordering::Release);

@@ -24,10 +24,16 @@ impl Table {
         hash: u64,
         now: u64,
         cost: u32,
+        first_missed: bool,
     ) -> R {
         let place = self.place(hash);
+        // After a lock-free miss in the first bucket, the second is looked in alone (a key
+        // inserted there meanwhile is found by the insert's scan under the shard lock).
+        let mut second_only = first_missed;
         loop {
-            let Some((slot, key)) = self.find(place) else {
+            let found = if second_only { self.find_second(place) } else { self.find(place) };
+            second_only = false;
+            let Some((slot, key)) = found else {
                 match self.insert_slow(policies, place, now, cost) {
                     Some(decision) => return decision,
                     None => continue,
@@ -128,15 +134,16 @@ impl Store for Table {
     #[inline]
     fn decide<R: Report, P: Policies>(&self, policies: &P, hash: u64, now: u64, cost: u32) -> R {
         let place = self.place(hash);
-        if let Some((slot, key)) = self.find_in(place, place.b1) {
-            let idx = (key >> FP_BITS) as u8;
-            if let Some(algorithm) = policies.deciding(idx) {
-                if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
-                    return report;
-                }
+        let Some((slot, key)) = self.find_in(place, place.b1) else {
+            return self.decide_slow(policies, hash, now, cost, true);
+        };
+        let idx = (key >> FP_BITS) as u8;
+        if let Some(algorithm) = policies.deciding(idx) {
+            if let Some(report) = self.apply(algorithm, slot, key, now, cost) {
+                return report;
             }
         }
-        self.decide_slow(policies, hash, now, cost)
+        self.decide_slow(policies, hash, now, cost, false)
     }
 
     /// The first cache line of the key's first bucket: slots 0-3, which a bucket fills first
@@ -171,7 +178,7 @@ impl Store for Table {
                 let algorithm = policies.deciding(idx)?;
                 self.apply(algorithm, slot, key, now, cost)
             });
-            each(report.unwrap_or_else(|| self.decide_slow(policies, hash, now, cost)));
+            each(report.unwrap_or_else(|| self.decide_slow(policies, hash, now, cost, false)));
         }
     }
 
