@@ -330,23 +330,139 @@ ngx_http_ratewell_set_status(ngx_http_request_t *r,
 }
 
 
+/* The request's state, with its pool cleanup in one allocation (ngx_pool_cleanup_add makes
+ * two), linked into the main request's pool as ngx_pool_cleanup_add links one: the mark that
+ * the request is decided, which an internal redirect keeps. */
+static ngx_inline ngx_http_ratewell_req_t *
+ngx_http_ratewell_start(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t       *cln;
+    ngx_http_ratewell_req_t  *req;
+
+    cln = ngx_palloc(r->main->pool,
+                     sizeof(ngx_pool_cleanup_t) + sizeof(ngx_http_ratewell_req_t));
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_ratewell_cleanup;
+    cln->data = cln + 1;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
+
+    req = cln->data;
+    req->status = 0;
+    req->remaining = 0;
+    req->retry_after = -1;
+    ngx_http_set_ctx(r->main, req, ngx_http_ratewell_module);
+
+    return req;
+}
+
+
+/* The request's key in the zone: NGX_OK with the key (empty: the zone does not limit it),
+ * NGX_ERROR when the zone is not open or the key cannot be evaluated. */
+static ngx_inline ngx_int_t
+ngx_http_ratewell_key(ngx_http_request_t *r, ngx_http_ratewell_ctx_t *ctx, ngx_str_t *key)
+{
+    ngx_http_variable_value_t  *vv;
+
+    if (ctx->zone == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratewell_zone \"%V\" is not open in this worker",
+                      &ctx->name);
+        return NGX_ERROR;
+    }
+
+    if (ctx->key_index != NGX_ERROR) {
+        /* As the complex value would give it, without its copy: a variable not found is the
+         * empty key. */
+        vv = ngx_http_get_flushed_variable(r, ctx->key_index);
+        if (vv == NULL) {
+            return NGX_ERROR;
+        }
+
+        key->data = vv->data;
+        key->len = vv->not_found ? 0 : vv->len;
+        return NGX_OK;
+    }
+
+    return ngx_http_complex_value(r, &ctx->key, key);
+}
+
+
+static ngx_int_t ngx_http_ratewell_verdict(ngx_http_request_t *r,
+    ngx_http_ratewell_loc_conf_t *lcf, ngx_http_ratewell_req_t *req,
+    ratewell_verdict *verdict, ngx_http_ratewell_ctx_t **asked, ngx_uint_t n);
+
+
+/* A location of one zone that sends no fields, the most common: no arrays, no field buffers,
+ * and the engine's one-zone call. */
+static ngx_int_t
+ngx_http_ratewell_one(ngx_http_request_t *r, ngx_http_ratewell_loc_conf_t *lcf)
+{
+    ngx_str_t                   key;
+    ratewell_ask                ask;
+    ratewell_verdict            verdict;
+    ngx_http_ratewell_ctx_t    *ctx;
+    ngx_http_ratewell_req_t    *req;
+    ngx_http_ratewell_limit_t  *limit;
+
+    req = ngx_http_ratewell_start(r);
+    if (req == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    limit = ((ngx_http_ratewell_limit_t **) lcf->limits->elts)[0];
+    ctx = limit->shm_zone->data;
+
+    if (ngx_http_ratewell_key(r, ctx, &key) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* As limit_req: a request whose key is empty is not limited by the zone. */
+    if (key.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    ask.zone = ctx->zone;
+    ask.key = key.data;
+    ask.key_len = key.len;
+    ask.burst = limit->burst;
+    ask.delay = limit->delay;
+
+    if (ratewell_decide_one(&ask, 1, &verdict) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratewell could not decide the request");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    req->remaining = verdict.remaining;
+
+    /* Admitted without a delay, as most requests are: done here. */
+    if (verdict.admitted && verdict.delay_ns == 0) {
+        (void) ngx_atomic_fetch_add(&ctx->sh->admitted, 1);
+        ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_PASSED);
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_ratewell_verdict(r, lcf, req, &verdict, &ctx, 1);
+}
+
+
 static ngx_int_t
 ngx_http_ratewell_handler(ngx_http_request_t *r)
 {
     u_char                        *fields, *policy, *p;
     size_t                         cap, policy_len;
-    uint64_t                       seconds;
-    ngx_msec_t                     delay;
     ngx_str_t                      key;
     ngx_uint_t                     i, n;
     ratewell_ask                  *asks, asks_kept[8];
     ngx_http_ratewell_ctx_t       *ctx, **asked, *asked_kept[8];
     ngx_http_ratewell_req_t       *req;
     ngx_http_ratewell_limit_t    **limits, **used, *used_kept[8];
-    ngx_pool_cleanup_t            *cln;
     ngx_http_ratewell_loc_conf_t  *lcf;
     ratewell_verdict               verdict;
-    ngx_http_variable_value_t     *vv;
 
     if (ngx_http_ratewell_decided(r->main) != NULL) {
         return NGX_DECLINED;
@@ -358,18 +474,14 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     }
 
     n = lcf->limits->nelts;
-    /* The cleanup and the request's state in one allocation (ngx_pool_cleanup_add makes
-     * two): it is linked into the main request's pool as ngx_pool_cleanup_add links one. */
-    cln = ngx_palloc(r->main->pool,
-                     sizeof(ngx_pool_cleanup_t) + sizeof(ngx_http_ratewell_req_t));
-    if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (n == 1 && !lcf->headers) {
+        return ngx_http_ratewell_one(r, lcf);
     }
 
-    cln->handler = ngx_http_ratewell_cleanup;
-    cln->data = cln + 1;
-    cln->next = r->main->pool->cleanup;
-    r->main->pool->cleanup = cln;
+    req = ngx_http_ratewell_start(r);
+    if (req == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* A location names a few zones: up to eight on the stack, more in the pool. */
     if (n <= 8) {
@@ -386,12 +498,6 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         }
     }
 
-    req = cln->data;
-    req->status = 0;
-    req->remaining = 0;
-    req->retry_after = -1;
-    ngx_http_set_ctx(r->main, req, ngx_http_ratewell_module);
-
     limits = lcf->limits->elts;
     cap = 0;
     policy_len = 0;
@@ -400,25 +506,7 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     for (i = 0; i < lcf->limits->nelts; i++) {
         ctx = limits[i]->shm_zone->data;
 
-        if (ctx->zone == NULL) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "ratewell_zone \"%V\" is not open in this worker",
-                          &ctx->name);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (ctx->key_index != NGX_ERROR) {
-            /* As the complex value would give it, without its copy: a variable not found is
-             * the empty key. */
-            vv = ngx_http_get_flushed_variable(r, ctx->key_index);
-            if (vv == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            key.data = vv->data;
-            key.len = vv->not_found ? 0 : vv->len;
-
-        } else if (ngx_http_complex_value(r, &ctx->key, &key) != NGX_OK) {
+        if (ngx_http_ratewell_key(r, ctx, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -460,11 +548,7 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         cap = 0;
     }
 
-    if ((n == 1 && fields == NULL
-         ? ratewell_decide_one(asks, 1, &verdict)
-         : ratewell_decide(asks, n, 1, fields, cap, &verdict))
-        != 0)
-    {
+    if (ratewell_decide(asks, n, 1, fields, cap, &verdict) != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "ratewell could not decide the request");
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -503,21 +587,37 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         }
     }
 
-    if (verdict.admitted) {
+    return ngx_http_ratewell_verdict(r, lcf, req, &verdict, asked, n);
+}
+
+
+/* What follows a decision: the counters, the status, a delay or the rejection. */
+static ngx_int_t
+ngx_http_ratewell_verdict(ngx_http_request_t *r, ngx_http_ratewell_loc_conf_t *lcf,
+    ngx_http_ratewell_req_t *req, ratewell_verdict *verdict, ngx_http_ratewell_ctx_t **asked,
+    ngx_uint_t n)
+{
+    u_char                   *p;
+    uint64_t                  seconds;
+    ngx_msec_t                delay;
+    ngx_uint_t                i;
+    ngx_http_ratewell_ctx_t  *ctx;
+
+    if (verdict->admitted) {
         for (i = 0; i < n; i++) {
             (void) ngx_atomic_fetch_add(&asked[i]->sh->admitted, 1);
         }
 
-        if (verdict.delay_ns == 0) {
+        if (verdict->delay_ns == 0) {
             ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_PASSED);
             return NGX_DECLINED;
         }
 
         /* nginx's timers are whole milliseconds: a delay is rounded up to one. */
-        delay = (ngx_msec_t) (verdict.delay_ns / 1000000
-                              + (verdict.delay_ns % 1000000 != 0));
+        delay = (ngx_msec_t) (verdict->delay_ns / 1000000
+                              + (verdict->delay_ns % 1000000 != 0));
 
-        ctx = asked[verdict.delayed_by < n ? verdict.delayed_by : 0];
+        ctx = asked[verdict->delayed_by < n ? verdict->delayed_by : 0];
 
         if (lcf->dry_run) {
             (void) ngx_atomic_fetch_add(&ctx->sh->dry_run_delayed, 1);
@@ -549,12 +649,12 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
         return NGX_AGAIN;
     }
 
-    ctx = asked[verdict.rejected_by < n ? verdict.rejected_by : 0];
+    ctx = asked[verdict->rejected_by < n ? verdict->rejected_by : 0];
 
     seconds = 0;
-    if (verdict.retry_after_ns != RATEWELL_NO_RETRY) {
-        seconds = verdict.retry_after_ns / 1000000000
-                  + (verdict.retry_after_ns % 1000000000 != 0);
+    if (verdict->retry_after_ns != RATEWELL_NO_RETRY) {
+        seconds = verdict->retry_after_ns / 1000000000
+                  + (verdict->retry_after_ns % 1000000000 != 0);
         req->retry_after = (int64_t) seconds;
     }
 
@@ -570,14 +670,14 @@ ngx_http_ratewell_handler(ngx_http_request_t *r)
     (void) ngx_atomic_fetch_add(&ctx->sh->rejected, 1);
     ngx_http_ratewell_set_status(r, req, NGX_HTTP_RATEWELL_REJECTED);
 
-    if (verdict.retry_after_ns == RATEWELL_NO_RETRY) {
+    if (verdict->retry_after_ns == RATEWELL_NO_RETRY) {
         ngx_log_error(lcf->log_level, r->connection->log, 0,
                       "limiting requests by ratewell zone \"%V\": "
                       "more than its capacity", &ctx->name);
         return lcf->status;
     }
 
-    if (verdict.table_full) {
+    if (verdict->table_full) {
         ngx_log_error(lcf->log_level, r->connection->log, 0,
                       "ratewell zone \"%V\" is full: a new key is refused, "
                       "retry after %uL s", &ctx->name, seconds);

@@ -698,3 +698,47 @@ fn a_worker_killed_mid_load_leaves_every_count_exact() {
     assert_eq!(with_status(&after, 429), 300, "every key is out of its 20");
     println!("{lost_keys} keys lost requests");
 }
+
+#[test]
+fn a_location_without_headers_decides_as_one_with_them() {
+    // A location of one zone that sends no fields takes a shorter path in the module. Two
+    // zones alike, one behind a location with the fields and one behind a location without,
+    // given the same requests: the same statuses and variables, a dry run's too, a request
+    // without the key unlimited, and a redirected request charged once.
+    for (policy, extra) in [
+        ("token-bucket capacity=3 rate=1/h", ""),
+        ("fixed-window limit=2 window=1h", "ratewell_dry_run on;"),
+    ] {
+        let zones = format!(
+            r#"ratewell_zone $arg_k zone=on:1m policy="{policy}";
+               ratewell_zone $arg_k zone=off:1m policy="{policy}";"#
+        );
+        let server = [
+            location("/on", &["on"], &format!("{extra} {VARIABLES}")),
+            location("/off", &["off"], &format!("{extra} ratewell_headers off; {VARIABLES}")),
+            format!(
+                "location /r {{ ratewell zone=off; ratewell_headers off; {extra} \
+                 try_files /missing /off?$args; }}"
+            ),
+        ]
+        .join("\n");
+        let nginx = Nginx::start(1, &zones, &server);
+        let mut client = nginx.client();
+        let seen = |r: &common::Response| {
+            let header = |name| r.header(name).map(str::to_string);
+            let variables = ["x-status", "x-ratewell", "x-remaining", "x-retry"].map(header);
+            (r.status, variables)
+        };
+        for i in 0..7 {
+            let k = if i == 4 { "" } else { "a" };
+            let on = client.get(&format!("/on?k={k}"));
+            let off = client.get(&format!("/off?k={k}"));
+            assert_eq!(seen(&on), seen(&off), "{policy} {extra}: request {i}");
+            assert!(off.header("ratelimit").is_none() && off.header("retry-after").is_none());
+        }
+        // A redirect to a location of the same zone: charged once, as a direct request.
+        let direct = client.get("/on?k=b");
+        let redirected = client.get("/r?k=b");
+        assert_eq!(seen(&direct), seen(&redirected), "{policy} {extra}");
+    }
+}
