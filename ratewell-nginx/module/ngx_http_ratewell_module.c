@@ -19,6 +19,12 @@
 #include "ratewell_nginx.h"
 
 
+/* 1 in the drop-in build (ngx_http_ratewell_limit_req_module.c). */
+#ifndef NGX_HTTP_RATEWELL_DROP_IN
+#define NGX_HTTP_RATEWELL_DROP_IN  0
+#endif
+
+
 #define NGX_HTTP_RATEWELL_ERR_LEN       512
 
 /* A location's delay before every zone is known: the zone's own burst and delay. */
@@ -200,6 +206,50 @@ static ngx_command_t  ngx_http_ratewell_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+#if (NGX_HTTP_RATEWELL_DROP_IN)
+
+    /* The drop-in build (ngx_http_ratewell_limit_req_module.c) also claims limit_req's five
+     * directives, with the grammar of the ratewell ones they name: its ngx_module_order puts
+     * it before ngx_http_limit_req_module, and nginx gives a directive to the first module
+     * that declares it. */
+
+    { ngx_string("limit_req_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_ratewell_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("limit_req"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_ratewell,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("limit_req_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratewell_loc_conf_t, status),
+      &ngx_http_ratewell_status_bounds },
+
+    { ngx_string("limit_req_log_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratewell_loc_conf_t, log_level),
+      &ngx_http_ratewell_log_levels },
+
+    { ngx_string("limit_req_dry_run"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratewell_loc_conf_t, dry_run),
+      NULL },
+
+#endif
 
       ngx_null_command
 };
@@ -1118,11 +1168,13 @@ ngx_http_ratewell_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->limits = prev->limits;
     }
 
+    /* The drop-in answers as the limit_req it replaces: 503 and no fields, unless told. */
     ngx_conf_merge_uint_value(conf->status, prev->status,
-                              NGX_HTTP_TOO_MANY_REQUESTS);
+                              NGX_HTTP_RATEWELL_DROP_IN ? NGX_HTTP_SERVICE_UNAVAILABLE
+                                                        : NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
-    ngx_conf_merge_value(conf->headers, prev->headers, 1);
+    ngx_conf_merge_value(conf->headers, prev->headers, !NGX_HTTP_RATEWELL_DROP_IN);
 
     /* As limit_req: delays are logged one level below rejections. */
     conf->delay_log_level = (conf->log_level == NGX_LOG_INFO) ?

@@ -742,3 +742,45 @@ fn a_location_without_headers_decides_as_one_with_them() {
         assert_eq!(seen(&direct), seen(&redirected), "{policy} {extra}");
     }
 }
+
+#[test]
+fn the_drop_in_build_takes_limit_reqs_own_configuration() {
+    // A configuration written for limit_req, unchanged: only the drop-in build is loaded. If
+    // nginx gave the directives to the built-in limit_req (the module order), the variables
+    // below would be empty and the victim admitted again after the others.
+    let http = "limit_req_zone $arg_k zone=small:160k rate=1r/m;\n\
+                limit_req_zone $arg_k zone=wide:1m rate=1r/m;\n\
+                limit_req_log_level warn; limit_req_dry_run off;";
+    let server = format!(
+        "location / {{ limit_req zone=small; {VARIABLES} try_files /index.html =404; }}\n\
+         location /s {{ limit_req zone=wide burst=2 nodelay; limit_req_status 429; \
+         try_files /index.html =404; }}"
+    );
+    let nginx = Nginx::start_loading(&common::drop_in(), 2, http, &server);
+    let mut client = nginx.client();
+    let first = client.get("/?k=victim");
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-ratewell"), Some("PASSED"), "ratewell decided it");
+    assert_eq!(first.header("x-status"), Some("PASSED"));
+    // limit_req's default status, and no fields, as limit_req answers.
+    let second = client.get("/?k=victim");
+    assert_eq!((second.status, second.header("x-ratewell")), (503, Some("REJECTED")));
+    assert!(second.header("ratelimit").is_none() && second.header("retry-after").is_none());
+    // The zone full of minute-long limits keeps the victim's (limit_req would forget it).
+    let others = load(nginx.port, 8, 3_000, |i| format!("/?k=other{i}"));
+    assert!(with_status(&others, 503) > 0, "the zone filled");
+    assert_eq!(client.get("/?k=victim").status, 503, "the victim is still limited");
+    assert!(nginx.error_log().contains(r#"ratewell zone "small" is full"#));
+    // limit_req's burst and nodelay, and limit_req_status, on another location.
+    let statuses: Vec<u16> = (0..4).map(|_| client.get("/s?k=burst").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+
+    // Both builds at once: refused, with the reason.
+    let (ok, said) = common::test_config_loading(
+        &[common::module(), &common::drop_in()],
+        "limit_req_zone $arg_k zone=z:1m rate=1r/s;",
+        "location / { limit_req zone=z; }",
+    );
+    assert!(!ok, "{said}");
+    assert!(said.contains("ratewell_status"), "{said}");
+}

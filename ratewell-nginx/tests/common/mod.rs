@@ -32,6 +32,11 @@ pub fn module() -> &'static Path {
     })
 }
 
+/// The drop-in build's path: beside the module (`scripts/nginx-module` builds both).
+pub fn drop_in() -> PathBuf {
+    module().with_file_name("ngx_http_ratewell_limit_req_module.so")
+}
+
 /// The nginx binary.
 pub fn nginx() -> PathBuf {
     if let Some(path) = std::env::var_os("NGINX") {
@@ -57,15 +62,17 @@ fn free_port() -> u16 {
 pub struct Nginx {
     pub dir: PathBuf,
     pub port: u16,
+    module: PathBuf,
     child: Child,
 }
 
 /// The `http` block's lines every test's configuration shares: temporary paths in `dir`, no
 /// access log, and a file to serve (a `return` ends a request before the preaccess phase).
-fn config(dir: &Path, port: u16, workers: usize, http: &str) -> String {
+fn config(dir: &Path, port: u16, workers: usize, http: &str, modules: &[&Path]) -> String {
     let d = dir.display();
+    let load: String = modules.iter().map(|m| format!("load_module {};\n", m.display())).collect();
     format!(
-        "load_module {module};\n\
+        "{load}\
          worker_processes {workers};\n\
          pid {d}/nginx.pid;\n\
          error_log {d}/error.log info;\n\
@@ -81,8 +88,7 @@ fn config(dir: &Path, port: u16, workers: usize, http: &str) -> String {
                  add_header X-Worker $pid always;\n\
                  SERVER\n\
              }}\n\
-         }}\n",
-        module = module().display(),
+         }}\n"
     )
 }
 
@@ -99,8 +105,13 @@ fn scratch() -> PathBuf {
 
 /// What `nginx -t` says of a configuration: its exit status and its messages.
 pub fn test_config(http: &str, server: &str) -> (bool, String) {
+    test_config_loading(&[module()], http, server)
+}
+
+/// What `nginx -t` says of a configuration loading `modules`.
+pub fn test_config_loading(modules: &[&Path], http: &str, server: &str) -> (bool, String) {
     let dir = scratch();
-    let conf = config(&dir, free_port(), 1, http).replace("SERVER", server);
+    let conf = config(&dir, free_port(), 1, http, modules).replace("SERVER", server);
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let out = Command::new(nginx())
         .arg("-t")
@@ -116,11 +127,16 @@ pub fn test_config(http: &str, server: &str) -> (bool, String) {
 impl Nginx {
     /// nginx with `workers` workers, the `http` block's lines `http` and the server's `server`.
     pub fn start(workers: usize, http: &str, server: &str) -> Nginx {
+        Nginx::start_loading(module(), workers, http, server)
+    }
+
+    /// [`start`](Self::start), loading `module` (the drop-in build, say).
+    pub fn start_loading(module: &Path, workers: usize, http: &str, server: &str) -> Nginx {
         let dir = scratch();
         let port = free_port();
         std::fs::write(
             dir.join("nginx.conf"),
-            config(&dir, port, workers, http).replace("SERVER", server),
+            config(&dir, port, workers, http, &[module]).replace("SERVER", server),
         )
         .unwrap();
         let child = Command::new(nginx())
@@ -131,7 +147,7 @@ impl Nginx {
             .stdin(Stdio::null())
             .spawn()
             .expect("nginx starts");
-        let nginx = Nginx { dir, port, child };
+        let nginx = Nginx { dir, port, module: module.to_path_buf(), child };
         let until = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < until, "nginx did not listen: {}", nginx.error_log());
@@ -171,7 +187,8 @@ impl Nginx {
     /// configuration (it logs why, and the old workers go on).
     pub fn reload(&self, workers: usize, http: &str, server: &str) -> bool {
         let old = self.workers();
-        let conf = config(&self.dir, self.port, workers, http).replace("SERVER", server);
+        let conf =
+            config(&self.dir, self.port, workers, http, &[&self.module]).replace("SERVER", server);
         std::fs::write(self.dir.join("nginx.conf"), conf).unwrap();
         let log_before = self.error_log().len();
         signal(self.pid(), "HUP");
