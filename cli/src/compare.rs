@@ -15,7 +15,7 @@ use ratewell_cli::trace::{Reader, Request as TraceRequest};
 
 use crate::chart::{self, Chart, Panel};
 use crate::duration::duration;
-use crate::input::{LogArgs, LogInput, Reopen, Requests, total_size, trace_file};
+use crate::input::{LogArgs, LogInput, reopener, total_size};
 use crate::output::AtomicFile;
 use crate::progress::FileProgress;
 use crate::replay::{DEFAULT_CAPACITY, PROGRESS_BYTES};
@@ -624,19 +624,12 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let against = reference_index.map(|at| runs[at].entry.policy.to_string());
     let table = report(&args.trace, requests, keys.len(), end, &mut runs, against.as_deref());
     out.write_all(table.as_bytes()).map_err(|e| format!("cannot write output: {e}"))?;
-    // How to read the input again, if it can be: logs from their files (not from standard
-    // input), a trace from its file or from the copy kept of standard input.
     let trace_again =
         if regular { Some(args.trace.as_path()) } else { copy.as_ref().map(TempFile::path) };
-    let again: Option<Box<Reopen<'_>>> = match &template {
-        Some(formats) if !logs.iter().any(|l| l.as_os_str() == "-") => {
-            Some(Box::new(move || -> Result<Box<dyn Requests>, String> {
-                Ok(Box::new(LogInput::new(formats.clone(), logs.clone(), args.logs.strict)))
-            }))
-        }
-        Some(_) => None,
-        None => trace_again.map(|path| Box::new(move || trace_file(path)) as Box<Reopen<'_>>),
-    };
+    let again = reopener(
+        template.as_deref().map(|formats| (formats, &logs[..], args.logs.strict)),
+        trace_again,
+    );
     for run in &runs {
         let evictions = run.limiter.metrics().evictions;
         if evictions == 0 {

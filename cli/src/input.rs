@@ -172,10 +172,28 @@ impl Requests for LogInput {
 /// How to read an input again from its start (for `--find-capacity`).
 pub(crate) type Reopen<'a> = dyn Fn() -> Result<Box<dyn Requests>, String> + 'a;
 
-/// A trace file, read from its start.
-pub(crate) fn trace_file(path: &Path) -> Result<Box<dyn Requests>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(Box::new(Reader::new(BufReader::with_capacity(1 << 16, file))))
+/// How to read an input again from its start, if it can be: logs (`formats`, `files`,
+/// `strict`) from their files, not from standard input; else the trace at `trace` (its file, or
+/// the copy kept of standard input).
+pub(crate) fn reopener<'a>(
+    logs: Option<(&'a [LogFormat], &'a [PathBuf], bool)>,
+    trace: Option<&'a Path>,
+) -> Option<Box<Reopen<'a>>> {
+    match logs {
+        Some((_, files, _)) if files.iter().any(|f| f.as_os_str() == "-") => None,
+        Some((formats, files, strict)) => Some(Box::new(move || {
+            Ok(Box::new(LogInput::new(formats.to_vec(), files.to_vec(), strict))
+                as Box<dyn Requests>)
+        })),
+        None => trace.map(|path| {
+            Box::new(move || {
+                let file =
+                    File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Ok(Box::new(Reader::new(BufReader::with_capacity(1 << 16, file)))
+                    as Box<dyn Requests>)
+            }) as Box<Reopen<'a>>
+        }),
+    }
 }
 
 /// A line at most this much earlier than the latest before it is decided at that latest time

@@ -12,7 +12,7 @@ use ratewell::{
 use ratewell_cli::logs::LogFormat;
 use ratewell_cli::trace::Reader;
 
-use crate::input::{LAYER_SEPARATOR, LogArgs, LogInput, Reopen, Requests, total_size, trace_file};
+use crate::input::{LAYER_SEPARATOR, LogArgs, LogInput, Requests, reopener, total_size};
 use crate::progress::FileProgress;
 use crate::spool::{self, SEED, Tee, TempFile};
 
@@ -245,21 +245,12 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     }
     let evictions = limiter.metrics().evictions;
     if evictions > 0 {
-        // How to read the input again, if it can be: logs from their files (not from standard
-        // input), a trace from its file or from the copy kept of standard input.
-        let again: Option<Box<Reopen<'_>>> = match input {
-            Input::Logs { formats, files, strict }
-                if !files.iter().any(|f| f.as_os_str() == "-") =>
-            {
-                Some(Box::new(move || -> Result<Box<dyn Requests>, String> {
-                    Ok(Box::new(LogInput::new(formats.to_vec(), files.to_vec(), strict)))
-                }))
+        let trace = path.map(PathBuf::as_path).or(copy.as_ref().map(TempFile::path));
+        let again = match input {
+            Input::Logs { formats, files, strict } => {
+                reopener(Some((formats, files, strict)), None)
             }
-            Input::Logs { .. } => None,
-            Input::Trace(path) => path
-                .map(PathBuf::as_path)
-                .or(copy.as_ref().map(TempFile::path))
-                .map(|trace| Box::new(move || trace_file(trace)) as Box<Reopen<'_>>),
+            Input::Trace(_) => reopener(None, trace),
         };
         let search = match &again {
             _ if !args.find_capacity => spool::Search::NotAsked,
