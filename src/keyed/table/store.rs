@@ -24,15 +24,14 @@ impl Table {
         hash: u64,
         now: u64,
         cost: u32,
-        first_missed: bool,
+        mut first_missed: bool,
     ) -> R {
         let place = self.place(hash);
-        // After a lock-free miss in the first bucket, the second is looked in alone (a key
-        // inserted there meanwhile is found by the insert's scan under the shard lock).
-        let mut second_only = first_missed;
         loop {
-            let found = if second_only { self.find_second(place) } else { self.find(place) };
-            second_only = false;
+            // After a lock-free miss in the first bucket, the second is looked in alone (a key
+            // inserted there meanwhile is found by the insert's scan under the shard lock).
+            let found = if first_missed { self.find_second(place) } else { self.find(place) };
+            first_missed = false;
             let Some((slot, key)) = found else {
                 match self.insert_slow(policies, place, now, cost) {
                     Some(decision) => return decision,
