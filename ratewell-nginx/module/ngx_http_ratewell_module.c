@@ -1,11 +1,12 @@
 /*
  * ngx_http_ratewell_module: ratewell's decisions in nginx's preaccess phase, on the engine's
- * shared key table in an nginx shared zone, exact across every worker.
+ * shared key table beside an nginx shared zone, exact across every worker.
  *
  * The decisions are the Rust half's (libratewell_nginx.a, include/ratewell_nginx.h): this file
- * parses the directives, lays the table out in the zone, opens it in each worker, computes each
- * request's keys, delays or answers the request as the decision says, sets the variables, counts
- * outcomes in the zone, serves the counters, and saves and restores a zone's state.
+ * parses the directives, lays the table out in a memory file of the zone's (which a binary
+ * upgrade's new master takes over), opens it in each worker, computes each request's keys,
+ * delays or answers the request as the decision says, sets the variables, counts outcomes in
+ * the zone, serves the counters, and saves and restores a zone's state.
  *
  * The directives are limit_req's five, renamed (limit_req_zone -> ratewell_zone, limit_req ->
  * ratewell, limit_req_status, limit_req_log_level and limit_req_dry_run -> ratewell_*), and a
@@ -18,6 +19,10 @@
 
 #include "ratewell_nginx.h"
 
+#if (NGX_LINUX)
+#include <sys/mman.h>
+#endif
+
 
 /* 1 in the drop-in build (ngx_http_ratewell_limit_req_module.c). */
 #ifndef NGX_HTTP_RATEWELL_DROP_IN
@@ -29,6 +34,13 @@
 
 /* A location's delay before every zone is known: the zone's own burst and delay. */
 #define NGX_HTTP_RATEWELL_ZONES_OWN     -2
+
+/* The environment variable that hands a binary upgrade's new master the descriptors of the
+ * zones' tables ("RATEWELL_NGINX_TABLES=5;7;"), as nginx hands it the listening sockets. */
+#define NGX_HTTP_RATEWELL_TABLES_VAR    "RATEWELL_NGINX_TABLES"
+#define NGX_HTTP_RATEWELL_MAX_INHERITED 256
+/* "RWTABLE1": the first word of a table file's identity. */
+#define NGX_HTTP_RATEWELL_TABLE_MAGIC   0x31454c4241545752ULL
 
 /* limit_req's values of r->main->limit_req_status (what $limit_req_status reads). */
 #define NGX_HTTP_RATEWELL_PASSED            1
@@ -52,6 +64,31 @@ typedef struct {
 } ngx_http_ratewell_shctx_t;
 
 
+/* A zone's table in a memory file of its own (memfd, on Linux), not closed on exec: a binary
+ * upgrade's new master inherits the file and maps it, so both generations decide on one table.
+ * The file starts with the zone's identity (ngx_http_ratewell_identity_t, then the zone's name,
+ * key and policy), the table after it at `offset`. */
+typedef struct {
+    int                          fd;
+    u_char                      *addr;
+    size_t                       size;
+    size_t                       offset;
+    /* The cycles of this process whose zone uses the table: the last to go unmaps it. */
+    ngx_uint_t                   refs;
+} ngx_http_ratewell_table_t;
+
+
+typedef struct {
+    uint64_t                     magic;
+    uint64_t                     len;
+    uint64_t                     capacity;
+    uint64_t                     refuse;
+    uint64_t                     name_len;
+    uint64_t                     key_len;
+    uint64_t                     policy_len;
+} ngx_http_ratewell_identity_t;
+
+
 /* One ratewell_zone: its key, policy and table. */
 typedef struct {
     ngx_http_complex_value_t     key;
@@ -69,6 +106,8 @@ typedef struct {
     ngx_cycle_t                 *cycle;
     ngx_shm_zone_t              *shm_zone;
     ngx_http_ratewell_shctx_t   *sh;
+    /* The table's memory file in this process; NULL when the table is in the zone (no memfd). */
+    ngx_http_ratewell_table_t   *table;
     /* This worker's handle on the table. */
     ratewell_zone               *zone;
 } ngx_http_ratewell_ctx_t;
@@ -137,6 +176,19 @@ static char *ngx_http_ratewell(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_ratewell_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ratewell_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratewell_table_place(ngx_http_ratewell_ctx_t *ctx,
+    ngx_slab_pool_t *shpool, ngx_uint_t adopt, ngx_log_t *log);
+static ngx_int_t ngx_http_ratewell_table_keep(ngx_http_ratewell_ctx_t *ctx,
+    ngx_http_ratewell_table_t *t);
+static void ngx_http_ratewell_table_release(void *data);
+static void ngx_http_ratewell_table_free(ngx_http_ratewell_table_t *t);
+#if (NGX_LINUX)
+static ngx_http_ratewell_table_t *ngx_http_ratewell_table_inherited(
+    ngx_http_ratewell_ctx_t *ctx, ngx_log_t *log);
+static ngx_http_ratewell_table_t *ngx_http_ratewell_table_create(
+    ngx_http_ratewell_ctx_t *ctx, ngx_log_t *log);
+#endif
+static ngx_int_t ngx_http_ratewell_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_ratewell_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratewell_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_ratewell_exit_master(ngx_cycle_t *cycle);
@@ -276,7 +328,7 @@ ngx_module_t  ngx_http_ratewell_module = {
     ngx_http_ratewell_commands,            /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_ratewell_init_module,         /* init module */
     ngx_http_ratewell_init_process,        /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -1015,6 +1067,7 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     u_char                    err[NGX_HTTP_RATEWELL_ERR_LEN];
     size_t                    capacity, len;
     int64_t                   restored;
+    ngx_int_t                 placed;
     ngx_uint_t                fresh;
     ratewell_zone            *zone;
     ngx_slab_pool_t          *shpool;
@@ -1023,6 +1076,7 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ctx = shm_zone->data;
     shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     fresh = 0;
+    placed = NGX_OK;
 
     if (octx) {
         /* A reload that keeps the zone (same name and size): the table is where it was. */
@@ -1040,6 +1094,12 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         }
 
         ctx->sh = octx->sh;
+
+        if (octx->table
+            && ngx_http_ratewell_table_keep(ctx, octx->table) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
 
     } else if (shm_zone->shm.exists) {
         ctx->sh = shpool->data;
@@ -1064,29 +1124,58 @@ ngx_http_ratewell_init_zone(ngx_shm_zone_t *shm_zone, void *data)
             return NGX_ERROR;
         }
 
-        ctx->sh->region = ngx_slab_calloc(shpool, len);
-        if (ctx->sh->region == NULL) {
-            return NGX_ERROR;
-        }
-
         ctx->sh->len = len;
         ctx->sh->capacity = capacity;
         shpool->data = ctx->sh;
-        fresh = 1;
+
+        /* At a binary upgrade's start, the table the running nginx decides on, if it is this
+         * zone's; else a new one. */
+        placed = ngx_http_ratewell_table_place(ctx, shpool, 1, shm_zone->shm.log);
+        if (placed == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        fresh = (placed != NGX_DONE);
     }
 
-    /* The first opening initialises the table; a later one (a reload) checks that the table
-     * was made with this policy. The workers open it again after they fork. */
+    /* The first opening initialises the table; a later one (a reload, a binary upgrade's
+     * takeover) checks that the table was made with this policy. The workers open it again
+     * after they fork. */
     zone = ngx_http_ratewell_open(ctx, err);
+
+    if (zone == NULL && placed == NGX_DONE) {
+        /* The old binary's table, which this build cannot decide on (another layout, clock or
+         * hash): a new table, as at a start. */
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratewell_zone \"%V\": the running nginx's table is not taken "
+                      "over: %s", &shm_zone->shm.name, err);
+        ngx_http_ratewell_table_release(ctx);
+
+        if (ngx_http_ratewell_table_place(ctx, shpool, 0, shm_zone->shm.log)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        fresh = 1;
+        zone = ngx_http_ratewell_open(ctx, err);
+    }
+
     if (zone == NULL) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "ratewell_zone \"%V\": %s", &shm_zone->shm.name, err);
         return NGX_ERROR;
     }
 
+    if (placed == NGX_DONE && fresh == 0) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratewell_zone \"%V\": the running nginx's table is taken over: "
+                      "both binaries decide on it", &shm_zone->shm.name);
+    }
+
     /* A new zone at nginx's start (not at a reload, whose zones the old workers hold the
-     * state of): the state the last stop saved, if any. Before any worker runs, so the
-     * master is alone on the zone. */
+     * state of, nor at a binary upgrade that took the running table over): the state the last
+     * stop saved, if any. Before any worker runs, so the master is alone on the zone. */
     if (fresh && ctx->state.len && ngx_is_init_cycle(ctx->cycle->old_cycle)) {
         restored = ratewell_zone_restore(zone, ctx->state.data, ctx->state.len,
                                          err, sizeof(err));
@@ -1696,6 +1785,447 @@ ngx_http_ratewell_open(ngx_http_ratewell_ctx_t *ctx,
                               ctx->sh->capacity, (int32_t) ctx->refuse,
                               ctx->name.data, ctx->name.len,
                               err, NGX_HTTP_RATEWELL_ERR_LEN);
+}
+
+
+/* Place a new zone's table (ctx->sh->len bytes) and set ctx->sh->region: with `adopt`, at a
+ * binary upgrade's start, the running nginx's table of this zone if it left one (NGX_DONE);
+ * else a new table in a memory file of its own, or in the zone where there is none (NGX_OK). */
+static ngx_int_t
+ngx_http_ratewell_table_place(ngx_http_ratewell_ctx_t *ctx, ngx_slab_pool_t *shpool,
+    ngx_uint_t adopt, ngx_log_t *log)
+{
+#if (NGX_LINUX)
+    ngx_int_t                   rc;
+    ngx_http_ratewell_table_t  *t;
+
+    t = NULL;
+    rc = NGX_OK;
+
+    if (adopt && ngx_inherited && ngx_is_init_cycle(ctx->cycle->old_cycle)) {
+        t = ngx_http_ratewell_table_inherited(ctx, log);
+        rc = NGX_DONE;
+    }
+
+    if (t == NULL) {
+        t = ngx_http_ratewell_table_create(ctx, log);
+        rc = NGX_OK;
+    }
+
+    if (t) {
+        if (ngx_http_ratewell_table_keep(ctx, t) != NGX_OK) {
+            ngx_http_ratewell_table_free(t);
+            return NGX_ERROR;
+        }
+
+        ctx->sh->region = t->addr + t->offset;
+        return rc;
+    }
+#endif
+
+    ctx->sh->region = ngx_slab_calloc(shpool, ctx->sh->len);
+
+    return ctx->sh->region ? NGX_OK : NGX_ERROR;
+}
+
+
+/* ctx's zone uses the table t, until ctx's cycle goes. */
+static ngx_int_t
+ngx_http_ratewell_table_keep(ngx_http_ratewell_ctx_t *ctx, ngx_http_ratewell_table_t *t)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(ctx->cycle->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    t->refs++;
+    ctx->table = t;
+    cln->handler = ngx_http_ratewell_table_release;
+    cln->data = ctx;
+
+    return NGX_OK;
+}
+
+
+/* ctx's cycle goes (a reload replaced it, a failed one is dropped, the process exits): the
+ * table is unmapped and its file closed when no other cycle of the process uses it. */
+static void
+ngx_http_ratewell_table_release(void *data)
+{
+    ngx_http_ratewell_ctx_t  *ctx = data;
+
+    ngx_http_ratewell_table_t  *t;
+
+    t = ctx->table;
+    if (t == NULL) {
+        return;
+    }
+
+    ctx->table = NULL;
+
+    if (--t->refs == 0) {
+        ngx_http_ratewell_table_free(t);
+    }
+}
+
+
+#if (NGX_LINUX)
+
+/* The bytes of a table file's identity: the header, the zone's name, key and policy, to a page
+ * boundary (where the table starts). */
+static size_t
+ngx_http_ratewell_identity_size(ngx_http_ratewell_ctx_t *ctx)
+{
+    return ngx_align(sizeof(ngx_http_ratewell_identity_t) + ctx->name.len
+                     + ctx->key.value.len + ctx->policy.len, ngx_pagesize);
+}
+
+
+static void
+ngx_http_ratewell_identity(ngx_http_ratewell_ctx_t *ctx, u_char *buf)
+{
+    u_char                        *p;
+    ngx_http_ratewell_identity_t  *id;
+
+    id = (ngx_http_ratewell_identity_t *) buf;
+    id->magic = NGX_HTTP_RATEWELL_TABLE_MAGIC;
+    id->len = ctx->sh->len;
+    id->capacity = ctx->sh->capacity;
+    id->refuse = ctx->refuse;
+    id->name_len = ctx->name.len;
+    id->key_len = ctx->key.value.len;
+    id->policy_len = ctx->policy.len;
+
+    p = buf + sizeof(ngx_http_ratewell_identity_t);
+    p = ngx_cpymem(p, ctx->name.data, ctx->name.len);
+    p = ngx_cpymem(p, ctx->key.value.data, ctx->key.value.len);
+    ngx_memcpy(p, ctx->policy.data, ctx->policy.len);
+}
+
+
+/* The descriptors of the tables a binary upgrade's new master inherited, -1 once taken over
+ * or closed. */
+static int         ngx_http_ratewell_inherited[NGX_HTTP_RATEWELL_MAX_INHERITED];
+static ngx_uint_t  ngx_http_ratewell_ninherited;
+
+
+/* The descriptors the old master named (its NGX_HTTP_RATEWELL_TABLES_VAR) that hold a table
+ * file, once. */
+static void
+ngx_http_ratewell_import(ngx_log_t *log)
+{
+    int          fd;
+    u_char      *v, *p;
+    uint64_t     magic;
+    static int   imported;
+
+    if (imported) {
+        return;
+    }
+
+    imported = 1;
+
+    v = (u_char *) getenv(NGX_HTTP_RATEWELL_TABLES_VAR);
+    if (v == NULL) {
+        return;
+    }
+
+    for (p = v; *p; v = ++p) {
+        while (*p >= '0' && *p <= '9') {
+            p++;
+        }
+
+        fd = (p > v) ? (int) ngx_atoi(v, p - v) : NGX_ERROR;
+
+        if (fd < 0 || (*p != ';' && *p != '\0')
+            || ngx_http_ratewell_ninherited == NGX_HTTP_RATEWELL_MAX_INHERITED)
+        {
+            ngx_log_error(NGX_LOG_ALERT, log, 0,
+                          "invalid " NGX_HTTP_RATEWELL_TABLES_VAR " environment "
+                          "variable \"%s\": no table taken over from here",
+                          getenv(NGX_HTTP_RATEWELL_TABLES_VAR));
+            return;
+        }
+
+        /* A table file's (its identity's magic number), or not one to touch. */
+        if (pread(fd, &magic, sizeof(magic), 0) == (ssize_t) sizeof(magic)
+            && magic == NGX_HTTP_RATEWELL_TABLE_MAGIC)
+        {
+            ngx_http_ratewell_inherited[ngx_http_ratewell_ninherited++] = fd;
+        }
+
+        if (*p == '\0') {
+            break;
+        }
+    }
+}
+
+
+/* The inherited table of ctx's zone, mapped, if the old master left one made for the same
+ * zone: the same name, key, policy, size and on_full (a table of the zone's name made for
+ * another is closed, and the zone starts as at a start). */
+static ngx_http_ratewell_table_t *
+ngx_http_ratewell_table_inherited(ngx_http_ratewell_ctx_t *ctx, ngx_log_t *log)
+{
+    int                            fd;
+    u_char                        *ours, *theirs, *addr, *p;
+    size_t                         size, isize;
+    ngx_uint_t                     i;
+    const char                    *differs;
+    struct stat                    st;
+    ngx_http_ratewell_table_t     *t;
+    ngx_http_ratewell_identity_t   head, *want;
+
+    ngx_http_ratewell_import(log);
+
+    isize = ngx_http_ratewell_identity_size(ctx);
+    size = isize + ctx->sh->len;
+
+    for (i = 0; i < ngx_http_ratewell_ninherited; i++) {
+        fd = ngx_http_ratewell_inherited[i];
+
+        if (fd == -1) {
+            continue;
+        }
+
+        if (pread(fd, &head, sizeof(head), 0) != (ssize_t) sizeof(head)
+            || head.magic != NGX_HTTP_RATEWELL_TABLE_MAGIC
+            || head.name_len > 4096)
+        {
+            continue;
+        }
+
+        /* Whose: the zone's name, right after the header. */
+        ours = ngx_alloc(2 * isize, log);
+        if (ours == NULL) {
+            return NULL;
+        }
+
+        theirs = ours + isize;
+        ngx_memzero(ours, 2 * isize);
+        ngx_http_ratewell_identity(ctx, ours);
+        want = (ngx_http_ratewell_identity_t *) ours;
+
+        if (head.name_len != ctx->name.len
+            || pread(fd, theirs, isize, 0) <= (ssize_t) sizeof(head)
+            || ngx_memcmp(theirs + sizeof(head), ctx->name.data, ctx->name.len)
+               != 0)
+        {
+            ngx_free(ours);
+            continue;
+        }
+
+        /* This zone's: the rest must match, or the zone starts anew. */
+        p = theirs + sizeof(head) + ctx->name.len;
+
+        if (head.key_len != want->key_len
+            || ngx_memcmp(p, ctx->key.value.data, ctx->key.value.len) != 0)
+        {
+            differs = "key";
+
+        } else if (head.policy_len != want->policy_len
+                   || ngx_memcmp(p + ctx->key.value.len, ctx->policy.data,
+                                 ctx->policy.len)
+                      != 0)
+        {
+            differs = "policy";
+
+        } else if (head.len != want->len || head.capacity != want->capacity
+                   || fstat(fd, &st) == -1 || (size_t) st.st_size != size)
+        {
+            differs = "size";
+
+        } else if (head.refuse != want->refuse) {
+            differs = "on_full";
+
+        } else {
+            differs = NULL;
+        }
+
+        ngx_free(ours);
+        ngx_http_ratewell_inherited[i] = -1;
+
+        if (differs) {
+            ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                          "ratewell_zone \"%V\": the running nginx's table is not taken "
+                          "over: its %s differs", &ctx->name, differs);
+            close(fd);
+            return NULL;
+        }
+
+        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (addr == MAP_FAILED) {
+            ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                          "ratewell_zone \"%V\": mmap() of the running nginx's table "
+                          "failed", &ctx->name);
+            close(fd);
+            return NULL;
+        }
+
+        t = ngx_alloc(sizeof(ngx_http_ratewell_table_t), log);
+        if (t == NULL) {
+            munmap(addr, size);
+            close(fd);
+            return NULL;
+        }
+
+        t->fd = fd;
+        t->addr = addr;
+        t->size = size;
+        t->offset = isize;
+        t->refs = 0;
+
+        return t;
+    }
+
+    return NULL;
+}
+
+
+/* A new, zeroed table in a memory file of its own, its identity written; NULL (logged) where
+ * the system makes none: the table then stays in the zone, and a binary upgrade starts it
+ * anew. */
+static ngx_http_ratewell_table_t *
+ngx_http_ratewell_table_create(ngx_http_ratewell_ctx_t *ctx, ngx_log_t *log)
+{
+    int                         fd;
+    char                        name[240];
+    u_char                     *addr;
+    size_t                      size, isize;
+    ngx_http_ratewell_table_t  *t;
+
+    isize = ngx_http_ratewell_identity_size(ctx);
+    size = isize + ctx->sh->len;
+
+    *ngx_snprintf((u_char *) name, sizeof(name) - 1, "ratewell_zone:%V", &ctx->name) = '\0';
+
+    /* Not closed on exec: a new binary inherits it. */
+    fd = memfd_create(name, 0);
+    if (fd == -1) {
+        ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                      "ratewell_zone \"%V\": memfd_create() failed: the table is kept "
+                      "in the zone, and a binary upgrade starts it empty", &ctx->name);
+        return NULL;
+    }
+
+    if (ftruncate(fd, size) == -1) {
+        ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                      "ratewell_zone \"%V\": ftruncate() of its memory file failed: the "
+                      "table is kept in the zone, and a binary upgrade starts it empty",
+                      &ctx->name);
+        close(fd);
+        return NULL;
+    }
+
+    addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                      "ratewell_zone \"%V\": mmap() of its memory file failed: the table "
+                      "is kept in the zone, and a binary upgrade starts it empty",
+                      &ctx->name);
+        close(fd);
+        return NULL;
+    }
+
+    t = ngx_alloc(sizeof(ngx_http_ratewell_table_t), log);
+    if (t == NULL) {
+        munmap(addr, size);
+        close(fd);
+        return NULL;
+    }
+
+    ngx_http_ratewell_identity(ctx, addr);
+
+    t->fd = fd;
+    t->addr = addr;
+    t->size = size;
+    t->offset = isize;
+    t->refs = 0;
+
+    return t;
+}
+
+#endif
+
+
+static void
+ngx_http_ratewell_table_free(ngx_http_ratewell_table_t *t)
+{
+#if (NGX_LINUX)
+    munmap(t->addr, t->size);
+    close(t->fd);
+#endif
+    ngx_free(t);
+}
+
+
+/* After every zone is placed: the inherited tables no zone took are closed, and the tables'
+ * descriptors are named for a binary upgrade's new master, as nginx names its listening
+ * sockets. */
+static ngx_int_t
+ngx_http_ratewell_init_module(ngx_cycle_t *cycle)
+{
+#if (NGX_LINUX)
+    u_char                         *buf, *p;
+    ngx_uint_t                      i, n;
+    ngx_str_t                      *var;
+    ngx_core_conf_t                *ccf;
+    ngx_http_ratewell_ctx_t       **zones;
+    ngx_http_ratewell_main_conf_t  *mcf;
+
+    for (i = 0; i < ngx_http_ratewell_ninherited; i++) {
+        if (ngx_http_ratewell_inherited[i] != -1) {
+            close(ngx_http_ratewell_inherited[i]);
+            ngx_http_ratewell_inherited[i] = -1;
+        }
+    }
+
+    mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratewell_module);
+    if (mcf == NULL) {
+        return NGX_OK;
+    }
+
+    zones = mcf->zones.elts;
+
+    for (n = 0, i = 0; i < mcf->zones.nelts; i++) {
+        n += (zones[i]->table != NULL);
+    }
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    buf = ngx_pnalloc(cycle->pool,
+                      sizeof(NGX_HTTP_RATEWELL_TABLES_VAR) + n * (NGX_INT_T_LEN + 1) + 1);
+    if (buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(buf, NGX_HTTP_RATEWELL_TABLES_VAR "=",
+                   sizeof(NGX_HTTP_RATEWELL_TABLES_VAR));
+
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        if (zones[i]->table) {
+            p = ngx_sprintf(p, "%d;", zones[i]->table->fd);
+        }
+    }
+
+    *p = '\0';
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+
+    var = ngx_array_push(&ccf->env);
+    if (var == NULL) {
+        return NGX_ERROR;
+    }
+
+    var->data = buf;
+    var->len = sizeof(NGX_HTTP_RATEWELL_TABLES_VAR) - 1;
+#endif
+
+    return NGX_OK;
 }
 
 

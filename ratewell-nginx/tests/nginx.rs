@@ -217,6 +217,16 @@ fn a_reload_keeps_the_zone_and_a_changed_policy_or_key_is_refused() {
     let log = nginx.error_log();
     assert!(log.contains(r#"uses the "$arg_j" key while previously it used the "$arg_k" key"#));
     assert_eq!(nginx.client().get("/?k=a").status, 429);
+    // The refused reloads left the one table the running configuration decides on.
+    assert_eq!(common::table_files(nginx.pid()), ["keep"]);
+    // Another size: a new zone, empty, as nginx makes it; the old table is let go.
+    let bigger = r#"ratewell_zone $arg_k zone=keep:2m policy="token-bucket capacity=5 rate=1/h";"#;
+    assert!(nginx.reload(2, bigger, &server));
+    assert_eq!(nginx.client().get("/?k=a").status, 200);
+    assert_eq!(common::table_files(nginx.pid()), ["keep"]);
+    // No zone: no table.
+    assert!(nginx.reload(2, "", "location / { try_files /index.html =404; }"));
+    assert!(common::table_files(nginx.pid()).is_empty());
 }
 
 #[test]
@@ -783,4 +793,102 @@ fn the_drop_in_build_takes_limit_reqs_own_configuration() {
     );
     assert!(!ok, "{said}");
     assert!(said.contains("ratewell_status"), "{said}");
+}
+
+#[test]
+fn a_binary_upgrade_hands_the_tables_to_the_new_binary() {
+    // nginx's documented upgrade: USR2 (the master starts the new binary, which inherits the
+    // listening sockets and, here, the zones' tables), WINCH (the old workers finish), QUIT
+    // (the old master saves and exits). One key at 100 an hour, asked 160 times across the
+    // three phases: exactly 100 admitted, the two generations deciding on one table.
+    let dir = std::env::temp_dir().join(format!("ratewell-nginx-upgrade-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("kept.state");
+    let _ = std::fs::remove_file(&state);
+    let zones = |changed: &str, gone: bool| {
+        let mut http = format!(
+            "ratewell_zone $arg_k zone=kept:1m policy=\"token-bucket capacity=100 rate=1/h\" \
+             state={};\n\
+             ratewell_zone $arg_k zone=changed:1m policy=\"token-bucket capacity={changed} \
+             rate=1/h\";\n",
+            state.display()
+        );
+        if !gone {
+            http +=
+                "ratewell_zone $arg_k zone=gone:1m policy=\"token-bucket capacity=3 rate=1/h\";";
+        }
+        http
+    };
+    let server = |gone: bool| {
+        let mut server = location("/kept", &["kept"], "") + &location("/changed", &["changed"], "");
+        if !gone {
+            server += &location("/gone", &["gone"], "");
+        }
+        server
+    };
+    let nginx = common::Daemon::start(2, &zones("3", false), &server(false));
+    let old = nginx.master().unwrap();
+    let old_workers = common::children(old);
+    let admitted = |n: usize| {
+        // On four connections, which either generation's workers may take.
+        let responses = load(nginx.port, 4, n, |_| "/kept?k=a".to_string());
+        (with_status(&responses, 200), workers_seen(&responses))
+    };
+    assert_eq!(admitted(60).0, 60);
+    let mut client = nginx.client();
+    assert_eq!(client.get("/changed?k=a").status, 200);
+    assert_eq!(client.get("/gone?k=a").status, 200);
+    drop(client);
+
+    // The new binary reads a configuration where one zone's policy changed and one is gone.
+    nginx.configure(2, &zones("5", true), &server(true));
+    common::signal(old, "USR2");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let new = loop {
+        if let Some(new) = nginx.master().filter(|&m| m != old && common::children(m).len() == 2) {
+            break new;
+        }
+        assert!(std::time::Instant::now() < until, "no new binary: {}", nginx.error_log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(nginx.old_master(), Some(old));
+    let new_workers = common::children(new);
+    // Both generations accept: 20 more admitted, whichever decides.
+    let (n, seen) = admitted(20);
+    assert_eq!(n, 20);
+    eprintln!("during the overlap: {seen:?}; old {old_workers:?}, new {new_workers:?}");
+
+    common::signal(old, "WINCH");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // The old master's children: its workers, and the new master.
+    while common::children(old) != [new] {
+        assert!(std::time::Instant::now() < until, "the old workers stay");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Only the new binary's workers now: 30 more asked, 20 left to admit of the 100.
+    let (n, seen) = admitted(30);
+    assert_eq!(n, 20, "the new binary decides on the old one's table");
+    assert!(seen.iter().all(|w| new_workers.iter().any(|p| p.to_string() == *w)), "{seen:?}");
+
+    common::signal(old, "QUIT");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while common::alive(old) || !nginx.error_log().contains(r#""kept": 1 keys saved"#) {
+        assert!(std::time::Instant::now() < until, "the old master stays: {}", nginx.error_log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(admitted(50).0, 0, "100 admitted of 160");
+    let log = nginx.error_log();
+    assert!(log.contains(r#"ratewell_zone "kept": the running nginx's table is taken over"#));
+    assert!(log.contains(
+        r#"ratewell_zone "changed": the running nginx's table is not taken over: its policy differs"#
+    ));
+    // The changed zone starts anew, at its new policy.
+    let mut client = nginx.client();
+    let changed: Vec<u16> = (0..6).map(|_| client.get("/changed?k=a").status).collect();
+    assert_eq!(changed, [200, 200, 200, 200, 200, 429]);
+    // The new master holds the tables of its two zones; the gone zone's was closed.
+    assert_eq!(common::table_files(new), ["changed", "kept"]);
+    drop(client);
+    drop(nginx);
+    let _ = std::fs::remove_dir_all(&dir);
 }

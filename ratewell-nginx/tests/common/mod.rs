@@ -236,6 +236,111 @@ impl Drop for Nginx {
     }
 }
 
+/// nginx as a daemon of its own (the master detached, its pid in `nginx.pid`), as a binary
+/// upgrade needs: the new binary is started by the running master, and a master whose parent
+/// is the process that started it ignores SIGUSR2. Every master is stopped (SIGTERM) when
+/// dropped.
+pub struct Daemon {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl Daemon {
+    /// nginx with `workers` workers, `http` and `server` (as [`Nginx::start`]), by nginx's
+    /// absolute path (a binary upgrade executes the path it was started by).
+    pub fn start(workers: usize, http: &str, server: &str) -> Daemon {
+        let daemon = Daemon { dir: scratch(), port: free_port() };
+        daemon.configure(workers, http, server);
+        let status = Command::new(nginx())
+            .args(["-p", &format!("{}/", daemon.dir.display())])
+            .args(["-c", &daemon.dir.join("nginx.conf").display().to_string()])
+            .args(["-e", &daemon.dir.join("error.log").display().to_string()])
+            .stdin(Stdio::null())
+            .status()
+            .expect("nginx starts");
+        assert!(status.success(), "nginx did not start: {}", daemon.error_log());
+        let until = Instant::now() + Duration::from_secs(20);
+        while daemon.master().is_none_or(|m| children(m).len() < workers) {
+            assert!(Instant::now() < until, "nginx started no workers: {}", daemon.error_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    /// Write the configuration the next master (a binary upgrade's) reads.
+    pub fn configure(&self, workers: usize, http: &str, server: &str) {
+        let conf =
+            config(&self.dir, self.port, workers, http, &[module()]).replace("SERVER", server);
+        std::fs::write(self.dir.join("nginx.conf"), conf).unwrap();
+    }
+
+    /// The master's pid (`nginx.pid`), while it runs.
+    pub fn master(&self) -> Option<u32> {
+        Daemon::pid_in(&self.dir.join("nginx.pid"))
+    }
+
+    /// The old master's pid during a binary upgrade (`nginx.pid.oldbin`), while it runs.
+    pub fn old_master(&self) -> Option<u32> {
+        Daemon::pid_in(&self.dir.join("nginx.pid.oldbin"))
+    }
+
+    fn pid_in(path: &Path) -> Option<u32> {
+        let pid = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+        alive(pid).then_some(pid)
+    }
+
+    /// The error log so far.
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
+    /// A new connection to it.
+    pub fn client(&self) -> Client {
+        Client::connect(self.port)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let masters: Vec<u32> = [self.master(), self.old_master()].into_iter().flatten().collect();
+        for &pid in &masters {
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while masters.iter().any(|&pid| alive(pid)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether process `pid` runs (exists and is no zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// The children of process `pid` (a master's workers, or a new binary's master).
+pub fn children(pid: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+    text.unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+/// The zones' table files process `pid` holds open (`/memfd:ratewell_zone:NAME`), by name.
+pub fn table_files(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy();
+            let name = target.strip_prefix("/memfd:ratewell_zone:")?;
+            Some(name.trim_end_matches(" (deleted)").to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// One response: its status and headers (names in lower case).
 #[derive(Debug)]
 pub struct Response {
