@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::{Nginx, load, load_tolerant, test_config, with_status, wrk};
+use common::{Nginx, load, load_tolerant, test_config, with_status};
 use ratewell::{Limiter, ManualClock, Policy};
 
 /// A location that serves a file under `ratewell` of every zone named.
@@ -546,47 +546,6 @@ fn compat_decides_request_for_request_as_stock_limit_req() {
         let admitted = stock.iter().filter(|&&s| s == 200).count();
         assert!((10..70).contains(&admitted), "{location}: a sequence that tells: {admitted}");
     }
-}
-
-#[test]
-fn ten_thousand_a_second_beside_limit_req() {
-    // rate=10000r/s without a burst. limit_req's whole milliseconds admit at most one request
-    // in each (about 1,000 a second here, and fewer under load: nginx's time is cached once per
-    // event loop); compat=nginx decides as it. The engine's own arithmetic admits a request as
-    // soon as 100 us have passed since the last one's due time: 10,000 a second, less the time
-    // from each due time to the next request that comes, 1/λ on average for λ requests a
-    // second offered (Poisson): 10,000 / (1 + 10,000/λ).
-    let nginx = Nginx::start(
-        2,
-        r#"ratewell_zone $arg_k zone=exact:1m policy="leaky-bucket rate=10000r/s burst=0 nodelay";
-           ratewell_zone $arg_k zone=compat:1m rate=10000r/s;
-           limit_req_zone $arg_k zone=stock:1m rate=10000r/s;
-           limit_req_status 429; limit_req_log_level info; ratewell_log_level info;"#,
-        &[
-            location("/exact", &["exact"], ""),
-            location("/compat", &["compat"], ""),
-            "location /stock { limit_req zone=stock; try_files /index.html =404; }".to_string(),
-        ]
-        .join("\n"),
-    );
-    let run = |path: &str| {
-        let url = format!("http://127.0.0.1:{}{path}?k=hot", nginx.port);
-        wrk(&url, &["-t2", "-c16", "-d2s"])
-    };
-    let (exact, compat, stock) = (run("/exact"), run("/compat"), run("/stock"));
-    println!("exact {exact:?}\ncompat {compat:?}\nstock {stock:?}");
-    let offered = exact.offered_per_second();
-    assert!(offered > 20_000.0, "wrk offered only {offered:.0} a second");
-    let bound = 10_000.0 / (1.0 + 10_000.0 / offered);
-    let admitted = exact.admitted_per_second();
-    assert!(admitted <= 10_000.0 * 1.01, "{admitted:.0} a second is over the rate");
-    assert!(admitted >= 0.97 * bound, "{admitted:.0} a second, below {bound:.0}");
-    for (name, w) in [("compat", &compat), ("stock", &stock)] {
-        let a = w.admitted_per_second();
-        assert!((300.0..=1_010.0).contains(&a), "{name}: {a:.0} a second");
-    }
-    let ratio = compat.admitted_per_second() / stock.admitted_per_second();
-    assert!((0.7..1.4).contains(&ratio), "compat / stock {ratio:.2}");
 }
 
 #[test]

@@ -554,16 +554,42 @@ impl Wrk {
     }
 }
 
-/// wrk (Debian's; `WRK` names another) on `url` with `args`; fails, saying so, without wrk.
-pub fn wrk(url: &str, args: &[&str]) -> Wrk {
+/// wrk (Debian's; `WRK` names another) on `url` with `args`, each connection writing `depth`
+/// requests at once (HTTP/1.1 pipelining), at a lower priority than nginx's workers (`nice -n
+/// 10`): where the load and nginx share the machine's cores, the load then waits for the workers,
+/// not the workers for the load, as with clients on other machines. Fails, saying so, without
+/// wrk.
+pub fn wrk(url: &str, depth: usize, args: &[&str]) -> Wrk {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let script =
+        std::env::temp_dir().join(format!("ratewell-nginx-wrk-{}-{n}.lua", std::process::id()));
+    std::fs::write(
+        &script,
+        format!(
+            "init = function(args)\n\
+             \x20 local batch = {{}}\n\
+             \x20 for i = 1, {depth} do batch[i] = wrk.format(nil) end\n\
+             \x20 pipelined = table.concat(batch)\n\
+             end\n\
+             request = function() return pipelined end\n"
+        ),
+    )
+    .unwrap();
     let bin = std::env::var("WRK").unwrap_or_else(|_| "wrk".to_string());
-    let out = Command::new(&bin)
+    let out = Command::new("nice")
+        .args(["-n", "10", &bin])
         .args(args)
+        .arg("-s")
+        .arg(&script)
         .arg(url)
         .output()
-        .unwrap_or_else(|e| panic!("no wrk ({bin}: {e}): apt-get install wrk, or set WRK"));
+        .unwrap_or_else(|e| panic!("no nice ({e})"));
+    let _ = std::fs::remove_file(&script);
+    assert!(out.status.code() != Some(127), "no wrk ({bin}): apt-get install wrk, or set WRK");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "wrk failed: {text}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wrk failed: {text}{said}");
     // "  284325 requests in 3.01s, 109.60MB read" and "  Non-2xx or 3xx responses: 256635".
     let line = text.lines().find(|l| l.contains(" requests in ")).expect(&text);
     let mut words = line.split_whitespace();
